@@ -1,0 +1,36 @@
+# kubebuilder's target names; each delegates to cargo / cargo xtask (Rust), nothing long in shell.
+.DEFAULT_GOAL := help
+CARGO ?= cargo
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+run: ## Local control plane (if none) + CRDs + the operator in the foreground, samples applied
+	$(CARGO) xtask run
+
+test: ## The whole suite on a local control plane (started and stopped if none runs)
+	$(CARGO) xtask test
+
+lint: ## cargo fmt --check and clippy -D warnings
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+manifests: ## Regenerate config/crd from the Rust types
+	$(CARGO) xtask manifests
+
+install: ## Install the CRDs into the cluster of $$KUBECONFIG (default: the local control plane)
+	$(CARGO) xtask install
+
+uninstall: ## Remove the CRDs from that cluster
+	$(CARGO) xtask uninstall
+
+cluster-up: ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)
+	$(CARGO) xtask cluster-up
+
+cluster-down: ## Stop every process of the local control plane and remove its state
+	$(CARGO) xtask cluster-down
+
+tools: ## Build (or find cached) the pinned upstream binaries
+	$(CARGO) xtask tools
+
+.PHONY: help run test lint manifests install uninstall cluster-up cluster-down tools

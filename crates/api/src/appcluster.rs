@@ -1,0 +1,54 @@
+//! `AppCluster` (`demo.demo.io/v1`): `size` Pods, made and healed directly by the operator.
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::conditions::{Condition, conditions_schema};
+
+/// AppClusterSpec defines the desired state of AppCluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "demo.demo.io",
+    version = "v1",
+    kind = "AppCluster",
+    namespaced,
+    status = "AppClusterStatus",
+    category = "app-operator",
+    printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.ready"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    scale(
+        spec_replicas_path = ".spec.size",
+        status_replicas_path = ".status.ready",
+        label_selector_path = ".status.selector"
+    )
+)]
+pub struct AppClusterSpec {
+    /// Size is the number of Pods to run.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 10000))]
+    pub size: i32,
+}
+
+/// AppClusterStatus defines the observed state of AppCluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AppClusterStatus {
+    /// Ready is the number of the AppCluster's Pods that are Ready.
+    #[serde(default)]
+    pub ready: i32,
+    /// Conditions represent the latest available observations of the AppCluster's state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// ObservedGeneration is the most recent generation observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Selector is the label selector of the AppCluster's Pods (for the scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+}

@@ -1,0 +1,23 @@
+//! app-operator's custom resources. Types only: the CRDs are generated from them
+//! (`app-operator crds`), so the Rust types are the single source of truth for the API.
+
+// kube's derive takes one `printcolumn(...)` per column; clippy reads the repeats as duplicates.
+#![allow(clippy::duplicated_attributes)]
+
+pub mod appcluster;
+pub mod conditions;
+pub mod myapp;
+pub mod sample;
+mod validation;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+pub use appcluster::{AppCluster, AppClusterSpec, AppClusterStatus};
+pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
+pub use sample::{Sample, SampleFields};
+
+/// Every CRD this operator serves, in a stable order.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![MyApp::crd(), AppCluster::crd(), Sample::crd()]
+}

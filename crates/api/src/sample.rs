@@ -1,0 +1,22 @@
+//! `Sample` (`example.com/v1alpha1`): the tutorial's first CRD, with its one field at the top
+//! level of the object (not under `spec`).
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// The fields of a Sample; they sit at the root of the object, beside `metadata`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "example.com",
+    version = "v1alpha1",
+    kind = "Sample",
+    namespaced,
+    no_spec,
+    printcolumn(name = "Test String", type_ = "string", json_path = ".testString")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SampleFields {
+    /// A free-form string, shown in `kubectl get samples`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_string: Option<String>,
+}

@@ -1,0 +1,510 @@
+//! `cluster-up` / `cluster-down`: start the control plane, wait until it is really usable (API
+//! ready, a Ready node, the default ServiceAccount), and stop exactly what was started.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::error::Error;
+use crate::kubeconfig;
+use crate::pki::{self, ClientIdentity};
+use crate::process::{self, Recorded, Spec, Started};
+use crate::tools::Tools;
+
+/// Where a cluster keeps its state: certificates, kubeconfigs, etcd data, logs and pid files.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub state_dir: PathBuf,
+}
+
+impl Default for Layout {
+    /// `$APP_OPERATOR_CLUSTER_DIR`, else `.local/cluster` in the repository.
+    fn default() -> Self {
+        let state_dir = std::env::var_os("APP_OPERATOR_CLUSTER_DIR")
+            .map_or_else(|| crate::repo_root().join(".local/cluster"), PathBuf::from);
+        Layout { state_dir }
+    }
+}
+
+impl Layout {
+    /// The admin kubeconfig (`system:masters`).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.state_dir.join("kubeconfig")
+    }
+
+    pub fn logs(&self) -> PathBuf {
+        self.state_dir.join("logs")
+    }
+
+    fn pids(&self) -> PathBuf {
+        self.state_dir.join("pids")
+    }
+
+    fn pki(&self) -> PathBuf {
+        self.state_dir.join("pki")
+    }
+
+    /// The recorded processes that are still running.
+    pub fn running(&self) -> Vec<Recorded> {
+        process::recorded(&self.pids())
+            .into_iter()
+            .filter(Recorded::is_running)
+            .collect()
+    }
+
+    /// The recorded processes, running or not (what `cluster-down` stops).
+    pub fn recorded(&self) -> Vec<Recorded> {
+        process::recorded(&self.pids())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// How many kwok Nodes to register.
+    pub nodes: u32,
+    /// How long to wait for each readiness step.
+    pub timeout: Duration,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            nodes: 1,
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A control plane this process started.
+pub struct RunningCluster {
+    pub kubeconfig: PathBuf,
+    pub client: Client,
+    /// Held so a failed start can be cleaned up; dropping does not stop the processes.
+    _started: Vec<Started>,
+}
+
+pub struct Cluster;
+
+/// Client identities, each with its own kubeconfig. The controller manager and scheduler use the
+/// identities the bootstrap RBAC policy expects; kwok and people use the admin.
+fn identities() -> Vec<ClientIdentity> {
+    vec![
+        ClientIdentity {
+            file_stem: "admin",
+            user: "admin",
+            group: Some("system:masters"),
+        },
+        ClientIdentity {
+            file_stem: "kube-controller-manager",
+            user: "system:kube-controller-manager",
+            group: None,
+        },
+        ClientIdentity {
+            file_stem: "kube-scheduler",
+            user: "system:kube-scheduler",
+            group: None,
+        },
+    ]
+}
+
+impl Cluster {
+    /// Starts a control plane; fails without touching anything if one is already running.
+    pub async fn up(
+        layout: &Layout,
+        tools: &Tools,
+        options: &ClusterOptions,
+    ) -> Result<RunningCluster, Error> {
+        if !layout.running().is_empty() {
+            return Err(Error::AlreadyRunning {
+                state_dir: layout.state_dir.clone(),
+                kubeconfig: layout.kubeconfig(),
+            });
+        }
+        // Whatever is left is a stale, stopped cluster.
+        if layout.state_dir.exists() {
+            fs::remove_dir_all(&layout.state_dir)
+                .map_err(Error::io("removing", &layout.state_dir))?;
+        }
+        for dir in [layout.logs(), layout.pids(), layout.pki()] {
+            fs::create_dir_all(&dir).map_err(Error::io("creating", &dir))?;
+        }
+        let mut started = Vec::new();
+        match start_all(layout, tools, options, &mut started).await {
+            Ok(client) => Ok(RunningCluster {
+                kubeconfig: layout.kubeconfig(),
+                client,
+                _started: started,
+            }),
+            Err(error) => {
+                for component in started.iter_mut().rev() {
+                    let _ = component.child.kill();
+                    let _ = component.child.wait();
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Stops every recorded process (in reverse start order) and removes the state directory.
+    /// Returns the names of the processes that were still running.
+    pub fn down(layout: &Layout) -> Result<Vec<String>, Error> {
+        let mut stopped = Vec::new();
+        for recorded in layout.recorded().iter().rev() {
+            if recorded.is_running() {
+                recorded.stop(Duration::from_secs(10));
+                stopped.push(recorded.name.clone());
+            }
+        }
+        if layout.state_dir.exists() {
+            fs::remove_dir_all(&layout.state_dir)
+                .map_err(Error::io("removing", &layout.state_dir))?;
+        }
+        Ok(stopped)
+    }
+}
+
+async fn start_all(
+    layout: &Layout,
+    tools: &Tools,
+    options: &ClusterOptions,
+    started: &mut Vec<Started>,
+) -> Result<Client, Error> {
+    let pki_dir = layout.pki();
+    let pki = pki::generate(identities())?;
+    let write = |name: &str, contents: &str| -> Result<String, Error> {
+        let path = pki_dir.join(name);
+        fs::write(&path, contents).map_err(Error::io("writing", &path))?;
+        Ok(path.display().to_string())
+    };
+    let ca_crt = write("ca.crt", &pki.ca.cert_pem)?;
+    let ca_key = write("ca.key", &pki.ca.key_pem)?;
+    let apiserver_crt = write("apiserver.crt", &pki.apiserver.cert_pem)?;
+    let apiserver_key = write("apiserver.key", &pki.apiserver.key_pem)?;
+    let sa_key = write("service-account.key", &pki.service_account_key_pem)?;
+    let sa_pub = write("service-account.pub", &pki.service_account_public_pem)?;
+
+    let [
+        etcd_port,
+        etcd_peer_port,
+        api_port,
+        kcm_port,
+        scheduler_port,
+        kwok_port,
+    ] = free_ports()?;
+    let server = format!("https://127.0.0.1:{api_port}");
+    let mut kubeconfigs = std::collections::HashMap::new();
+    for (identity, key) in &pki.clients {
+        let path = if identity.file_stem == "admin" {
+            layout.kubeconfig()
+        } else {
+            layout
+                .state_dir
+                .join(format!("{}.kubeconfig", identity.file_stem))
+        };
+        fs::write(
+            &path,
+            kubeconfig::render(&server, &pki.ca.cert_pem, identity.user, key),
+        )
+        .map_err(Error::io("writing", &path))?;
+        kubeconfigs.insert(identity.file_stem, path.display().to_string());
+    }
+    let kubeconfig_of = |stem: &str| kubeconfigs.get(stem).cloned().unwrap_or_default();
+    let state = layout.state_dir.display().to_string();
+    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+    let etcd_peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
+
+    let start = |started: &mut Vec<Started>, spec: Spec| -> Result<(), Error> {
+        started.push(process::start(spec, &layout.logs(), &layout.pids())?);
+        Ok(())
+    };
+    start(
+        started,
+        Spec {
+            name: "etcd",
+            program: tools.bin("etcd"),
+            args: args(&[
+                ("name", "default"),
+                ("data-dir", &format!("{state}/etcd")),
+                ("listen-client-urls", &etcd_url),
+                ("advertise-client-urls", &etcd_url),
+                ("listen-peer-urls", &etcd_peer_url),
+                ("initial-advertise-peer-urls", &etcd_peer_url),
+                ("initial-cluster", &format!("default={etcd_peer_url}")),
+                // A throwaway test store: durability on power loss buys nothing here.
+                ("unsafe-no-fsync", "true"),
+                ("log-level", "warn"),
+            ]),
+        },
+    )?;
+    wait_for(
+        started,
+        options.timeout,
+        layout,
+        "etcd to accept connections",
+        || async {
+            Ok(tokio::net::TcpStream::connect(("127.0.0.1", etcd_port))
+                .await
+                .is_ok())
+        },
+    )
+    .await?;
+
+    start(
+        started,
+        Spec {
+            name: "kube-apiserver",
+            program: tools.bin("kube-apiserver"),
+            args: args(&[
+                ("etcd-servers", &etcd_url),
+                ("bind-address", "127.0.0.1"),
+                ("advertise-address", "127.0.0.1"),
+                ("secure-port", &api_port.to_string()),
+                ("tls-cert-file", &apiserver_crt),
+                ("tls-private-key-file", &apiserver_key),
+                ("client-ca-file", &ca_crt),
+                ("authorization-mode", "Node,RBAC"),
+                (
+                    "service-account-issuer",
+                    "https://kubernetes.default.svc.cluster.local",
+                ),
+                ("service-account-key-file", &sa_pub),
+                ("service-account-signing-key-file", &sa_key),
+                ("service-cluster-ip-range", "10.96.0.0/16"),
+                // The "kubernetes" Service cannot point at a loopback address; nothing here needs it.
+                ("endpoint-reconciler-type", "none"),
+                ("allow-privileged", "true"),
+                ("profiling", "false"),
+            ]),
+        },
+    )?;
+    let client = admin_client(&layout.kubeconfig()).await?;
+    wait_for(
+        started,
+        options.timeout,
+        layout,
+        "kube-apiserver /readyz",
+        || async {
+            let request = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| Error::Invalid(e.to_string()))?;
+            Ok(client
+                .request_text(request)
+                .await
+                .is_ok_and(|body| body.trim() == "ok"))
+        },
+    )
+    .await?;
+
+    let kcm_kubeconfig = kubeconfig_of("kube-controller-manager");
+    start(
+        started,
+        Spec {
+            name: "kube-controller-manager",
+            program: tools.bin("kube-controller-manager"),
+            args: args(&[
+                ("kubeconfig", &kcm_kubeconfig),
+                ("authentication-kubeconfig", &kcm_kubeconfig),
+                ("authorization-kubeconfig", &kcm_kubeconfig),
+                ("bind-address", "127.0.0.1"),
+                ("secure-port", &kcm_port.to_string()),
+                ("leader-elect", "false"),
+                ("controllers", "*"),
+                ("use-service-account-credentials", "true"),
+                ("service-account-private-key-file", &sa_key),
+                ("root-ca-file", &ca_crt),
+                ("cluster-signing-cert-file", &ca_crt),
+                ("cluster-signing-key-file", &ca_key),
+                // client-go's default 20 QPS would make Deployments, not the operator, the bottleneck.
+                ("kube-api-qps", "200"),
+                ("kube-api-burst", "400"),
+                ("concurrent-deployment-syncs", "10"),
+                ("concurrent-replicaset-syncs", "10"),
+            ]),
+        },
+    )?;
+    let scheduler_kubeconfig = kubeconfig_of("kube-scheduler");
+    start(
+        started,
+        Spec {
+            name: "kube-scheduler",
+            program: tools.bin("kube-scheduler"),
+            args: args(&[
+                ("kubeconfig", &scheduler_kubeconfig),
+                ("authentication-kubeconfig", &scheduler_kubeconfig),
+                ("authorization-kubeconfig", &scheduler_kubeconfig),
+                ("bind-address", "127.0.0.1"),
+                ("secure-port", &scheduler_port.to_string()),
+                ("leader-elect", "false"),
+            ]),
+        },
+    )?;
+    start(
+        started,
+        Spec {
+            name: "kwok",
+            program: tools.bin("kwok"),
+            args: args(&[
+                ("kubeconfig", &kubeconfig_of("admin")),
+                ("config", &tools.kwok_stages().display().to_string()),
+                ("manage-all-nodes", "false"),
+                (
+                    "manage-nodes-with-annotation-selector",
+                    "kwok.x-k8s.io/node=fake",
+                ),
+                ("node-ip", "10.0.0.1"),
+                ("cidr", "10.244.0.0/16"),
+                ("server-address", &format!("127.0.0.1:{kwok_port}")),
+            ]),
+        },
+    )?;
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    for index in 0..options.nodes {
+        let name = format!("kwok-node-{index}");
+        nodes
+            .patch(
+                &name,
+                &PatchParams::apply("local-cluster").force(),
+                &Patch::Apply(fake_node(&name)),
+            )
+            .await
+            .map_err(|source| Error::Kube {
+                what: "registering the kwok node",
+                source,
+            })?;
+        wait_for(
+            started,
+            options.timeout,
+            layout,
+            &format!("node {name} to be Ready"),
+            || async {
+                Ok(nodes
+                    .get_opt(&name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|node| node_is_ready(&node)))
+            },
+        )
+        .await?;
+    }
+    // Pods are refused until the namespace's default ServiceAccount exists.
+    let service_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    wait_for(
+        started,
+        options.timeout,
+        layout,
+        "the default ServiceAccount",
+        || async {
+            Ok(service_accounts
+                .get_opt("default")
+                .await
+                .ok()
+                .flatten()
+                .is_some())
+        },
+    )
+    .await?;
+    Ok(client)
+}
+
+/// A Node that kwok manages (by annotation), with kwok's default capacity (1k CPUs, 1M pods).
+fn fake_node(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": { "kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0" },
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+            },
+        },
+    })
+}
+
+fn node_is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+pub async fn admin_client(kubeconfig: &Path) -> Result<Client, Error> {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig)
+        .map_err(|e| Error::Invalid(format!("reading {}: {e}", kubeconfig.display())))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Invalid(format!("kubeconfig: {e}")))?;
+    Client::try_from(config).map_err(|source| Error::Kube {
+        what: "building a client",
+        source,
+    })
+}
+
+fn args(flags: &[(&str, &str)]) -> Vec<String> {
+    flags
+        .iter()
+        .map(|(flag, value)| format!("--{flag}={value}"))
+        .collect()
+}
+
+/// Distinct free loopback ports (all bound at once so none is handed out twice).
+fn free_ports<const N: usize>() -> Result<[u16; N], Error> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Error::io("binding a free port on", "127.0.0.1"))?;
+    let ports = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Error::io("reading a free port on", "127.0.0.1"))?;
+    ports
+        .try_into()
+        .map_err(|_| Error::Invalid("free port count".into()))
+}
+
+/// Polls `ready` until it holds, failing early (with the log tail) if a started component died.
+async fn wait_for<F, Fut>(
+    started: &mut [Started],
+    timeout: Duration,
+    layout: &Layout,
+    what: &str,
+    mut ready: F,
+) -> Result<(), Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, Error>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        for component in started.iter_mut() {
+            component.check_alive()?;
+        }
+        if ready().await? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout {
+                what: what.to_owned(),
+                seconds: timeout.as_secs(),
+                logs: layout.logs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

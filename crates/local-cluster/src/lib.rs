@@ -1,0 +1,25 @@
+//! A real, upstream Kubernetes control plane on this machine: etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and kwok (fake nodes), built from pinned Go modules.
+//!
+//! Development only: tests, `make run` and benchmarks use it; the operator never does.
+
+mod cluster;
+mod error;
+mod kubeconfig;
+mod pki;
+mod process;
+pub mod tools;
+
+pub use cluster::{Cluster, ClusterOptions, Layout, RunningCluster, admin_client};
+pub use error::Error;
+pub use tools::Tools;
+
+use std::path::PathBuf;
+
+/// The repository this crate was built from; the tools module and the default state live there.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")))
+}

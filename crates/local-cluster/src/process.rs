@@ -1,0 +1,145 @@
+//! The control plane's processes: started in their own process group with a log file and a pid
+//! file each, so a later `cluster-down` (another process) can find and stop exactly them.
+
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::error::Error;
+
+/// A component to start: its name (for logs and pid files), program and arguments.
+pub struct Spec {
+    pub name: &'static str,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// A started component, still our child.
+pub struct Started {
+    pub name: &'static str,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Started {
+    /// Fails with the tail of the component's log if it has exited.
+    pub fn check_alive(&mut self) -> Result<(), Error> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(Error::ComponentExited {
+                component: self.name.to_owned(),
+                status,
+                tail: log_tail(&self.log, 30),
+                log: self.log.clone(),
+            }),
+            Err(source) => Err(Error::Io {
+                action: "waiting for",
+                path: self.log.clone(),
+                source,
+            }),
+        }
+    }
+}
+
+pub fn start(spec: Spec, logs: &Path, pids: &Path) -> Result<Started, Error> {
+    let log = logs.join(format!("{}.log", spec.name));
+    let out = File::create(&log).map_err(Error::io("creating", &log))?;
+    let err = out.try_clone().map_err(Error::io("opening", &log))?;
+    let child = Command::new(&spec.program)
+        .args(&spec.args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        // Its own process group: a Ctrl-C in the terminal that ran `cluster-up` does not reach it.
+        .process_group(0)
+        .spawn()
+        .map_err(|source| Error::Spawn {
+            command: spec.program.display().to_string(),
+            source,
+        })?;
+    let pid_file = pids.join(format!("{}.pid", spec.name));
+    fs::write(
+        &pid_file,
+        format!("{}\n{}\n", child.id(), spec.program.display()),
+    )
+    .map_err(Error::io("writing", &pid_file))?;
+    Ok(Started {
+        name: spec.name,
+        child,
+        log,
+    })
+}
+
+/// A process recorded in a pid file.
+#[derive(Debug)]
+pub struct Recorded {
+    pub name: String,
+    pub pid: i32,
+    pub program: PathBuf,
+}
+
+impl Recorded {
+    /// True while the pid still runs the recorded program (not a zombie, not a reused pid).
+    pub fn is_running(&self) -> bool {
+        fs::read_link(format!("/proc/{}/exe", self.pid)).is_ok_and(|exe| exe == self.program)
+    }
+
+    /// SIGTERM, then SIGKILL if it has not gone after `grace`.
+    pub fn stop(&self, grace: Duration) {
+        if !self.is_running() {
+            return;
+        }
+        let pid = Pid::from_raw(self.pid);
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while self.is_running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if self.is_running() {
+            let _ = kill(pid, Signal::SIGKILL);
+            while self.is_running() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Every process recorded under `pids`, in the order they were started.
+pub fn recorded(pids: &Path) -> Vec<Recorded> {
+    let Ok(entries) = fs::read_dir(pids) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(std::time::SystemTime, Recorded)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let text = fs::read_to_string(entry.path()).ok()?;
+            let mut lines = text.lines();
+            let pid = lines.next()?.trim().parse().ok()?;
+            let program = PathBuf::from(lines.next()?.trim());
+            let name = entry.path().file_stem()?.to_string_lossy().into_owned();
+            let modified = entry.metadata().and_then(|m| m.modified()).ok()?;
+            Some((modified, Recorded { name, pid, program }))
+        })
+        .collect();
+    found.sort_by_key(|(modified, _)| *modified);
+    found.into_iter().map(|(_, recorded)| recorded).collect()
+}
+
+/// The last `lines` lines of a log file (reads at most the last 64 KiB).
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let Ok(mut file) = File::open(path) else {
+        return String::from("(no log)");
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
+    let mut text = String::new();
+    let _ = file.read_to_string(&mut text);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

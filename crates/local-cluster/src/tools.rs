@@ -1,0 +1,258 @@
+//! The upstream binaries, built from the pinned Go modules under `hack/k8s-tools/` into a
+//! versioned cache directory outside git, and rebuilt only when the pins (or Go) change.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+
+/// Bumped when the way binaries are built changes, so caches built the old way are not reused.
+const RECIPE: &str = "1";
+
+/// One upstream command: the Go module directory (under `hack/k8s-tools/`) that pins it, and its package.
+struct Binary {
+    name: &'static str,
+    module: &'static str,
+    package: &'static str,
+}
+
+const BINARIES: &[Binary] = &[
+    Binary {
+        name: "etcd",
+        module: "etcd",
+        package: "go.etcd.io/etcd/server/v3",
+    },
+    Binary {
+        name: "kube-apiserver",
+        module: "kubernetes",
+        package: "k8s.io/kubernetes/cmd/kube-apiserver",
+    },
+    Binary {
+        name: "kube-controller-manager",
+        module: "kubernetes",
+        package: "k8s.io/kubernetes/cmd/kube-controller-manager",
+    },
+    Binary {
+        name: "kube-scheduler",
+        module: "kubernetes",
+        package: "k8s.io/kubernetes/cmd/kube-scheduler",
+    },
+    Binary {
+        name: "kubectl",
+        module: "kubernetes",
+        package: "k8s.io/kubernetes/cmd/kubectl",
+    },
+    Binary {
+        name: "kwok",
+        module: "kwok",
+        package: "sigs.k8s.io/kwok/cmd/kwok",
+    },
+    Binary {
+        name: "helm",
+        module: "helm",
+        package: "helm.sh/helm/v3/cmd/helm",
+    },
+];
+
+/// kwok's stock "fast" stages: nodes become Ready (with lease heartbeats), Pods become Ready at
+/// once, Job Pods complete, deleted Pods go away. Taken from the pinned kwok module itself.
+const KWOK_STAGES: &[&str] = &[
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+];
+
+/// The built tools: `bin/` with every binary, and kwok's stage configuration.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    pub dir: PathBuf,
+}
+
+impl Tools {
+    pub fn bin(&self, name: &str) -> PathBuf {
+        self.dir.join("bin").join(name)
+    }
+
+    pub fn kwok_stages(&self) -> PathBuf {
+        self.dir.join("kwok-stages.yaml")
+    }
+
+    /// The Kubernetes release the binaries are built from, e.g. `v1.35.4`.
+    pub fn kubernetes_version(sources: &Path) -> Result<String, Error> {
+        module_version(&sources.join("kubernetes/go.mod"), "k8s.io/kubernetes")
+    }
+
+    /// Returns the cached tools, building them first when missing or when the pins changed.
+    pub fn ensure(sources: &Path) -> Result<Tools, Error> {
+        let dir = cache_root().join(format!(
+            "k8s-tools-{}-{}",
+            Self::kubernetes_version(sources)?,
+            fingerprint(sources)?
+        ));
+        let tools = Tools { dir };
+        if tools.dir.join("complete").exists() {
+            return Ok(tools);
+        }
+        build(sources, &tools.dir)?;
+        Ok(tools)
+    }
+}
+
+/// `$APP_OPERATOR_CACHE_DIR`, else `$XDG_CACHE_HOME/app-operator`, else `~/.cache/app-operator`.
+pub fn cache_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os("APP_OPERATOR_CACHE_DIR") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("app-operator");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".cache/app-operator")
+}
+
+fn module_version(go_mod: &Path, module: &str) -> Result<String, Error> {
+    let text = fs::read_to_string(go_mod).map_err(Error::io("reading", go_mod))?;
+    text.lines()
+        .map(|line| line.trim().trim_start_matches("require").trim())
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next() == Some(module))
+                .then(|| words.next().map(str::to_owned))
+                .flatten()
+        })
+        .ok_or_else(|| Error::Invalid(format!("{} does not require {module}", go_mod.display())))
+}
+
+/// A hash of everything that decides what gets built: the pins, the Go version, the recipe.
+fn fingerprint(sources: &Path) -> Result<String, Error> {
+    let mut hash = Sha256::new();
+    hash.update(RECIPE);
+    hash.update(go(sources, &["env", "GOVERSION"])?);
+    let mut modules: Vec<&str> = BINARIES.iter().map(|b| b.module).collect();
+    modules.dedup();
+    for module in modules {
+        for file in ["go.mod", "go.sum"] {
+            let path = sources.join(module).join(file);
+            hash.update(fs::read(&path).map_err(Error::io("reading", &path))?);
+        }
+    }
+    let digest = hash.finalize();
+    Ok(digest.iter().take(6).map(|b| format!("{b:02x}")).collect())
+}
+
+fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
+    let partial = dir.with_extension("partial");
+    if partial.exists() {
+        fs::remove_dir_all(&partial).map_err(Error::io("removing", &partial))?;
+    }
+    let bin = partial.join("bin");
+    fs::create_dir_all(&bin).map_err(Error::io("creating", &bin))?;
+    let ldflags = kubernetes_ldflags(&Tools::kubernetes_version(sources)?);
+    for binary in BINARIES {
+        eprintln!(
+            "building {} from {} (cached by Go after the first time)",
+            binary.name, binary.package
+        );
+        let out = bin.join(binary.name);
+        let out = out.to_string_lossy();
+        let module = sources.join(binary.module);
+        let flags = if binary.module == "kubernetes" {
+            ldflags.as_str()
+        } else {
+            "-s -w"
+        };
+        go(
+            &module,
+            &[
+                "build",
+                "-trimpath",
+                "-ldflags",
+                flags,
+                "-o",
+                &out,
+                binary.package,
+            ],
+        )?;
+    }
+    let kwok_dir = go(
+        &sources.join("kwok"),
+        &["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
+    )?;
+    let mut stages = String::from("# kwok's stock stages, copied from the pinned kwok module.\n");
+    for stage in KWOK_STAGES {
+        let path = Path::new(kwok_dir.trim()).join(stage);
+        stages.push_str("---\n");
+        stages.push_str(&fs::read_to_string(&path).map_err(Error::io("reading", &path))?);
+    }
+    let stages_path = partial.join("kwok-stages.yaml");
+    fs::write(&stages_path, stages).map_err(Error::io("writing", &stages_path))?;
+    let complete = partial.join("complete");
+    fs::write(&complete, "").map_err(Error::io("writing", &complete))?;
+    if dir.exists() {
+        fs::remove_dir_all(dir).map_err(Error::io("removing", dir))?;
+    }
+    fs::rename(&partial, dir).map_err(Error::io("moving into place", dir))
+}
+
+/// What `make release` stamps into the Kubernetes binaries, so `kubectl version` and the API
+/// server's `/version` tell the truth instead of `v0.0.0-master`.
+fn kubernetes_ldflags(version: &str) -> String {
+    let minor = version.split('.').nth(1).unwrap_or_default();
+    let mut flags = String::from("-s -w");
+    for package in [
+        "k8s.io/component-base/version",
+        "k8s.io/client-go/pkg/version",
+    ] {
+        flags.push_str(&format!(
+            " -X {package}.gitVersion={version} -X {package}.gitMajor=1 -X {package}.gitMinor={minor} -X {package}.gitTreeState=clean"
+        ));
+    }
+    flags
+}
+
+/// Runs `go` in `dir` with the machine's own toolchain (never a downloaded one).
+fn go(dir: &Path, args: &[&str]) -> Result<String, Error> {
+    let command = format!("go {}", args.join(" "));
+    let output = Command::new("go")
+        .args(args)
+        .current_dir(dir)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=readonly")
+        .output()
+        .map_err(|source| Error::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(Error::Command {
+            command: format!("{command} (in {})", dir.display()),
+            status: output.status,
+            output: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_pinned_kubernetes_version() {
+        let version =
+            Tools::kubernetes_version(&crate::repo_root().join("hack/k8s-tools")).unwrap();
+        assert!(version.starts_with("v1.3"), "{version}");
+    }
+
+    #[test]
+    fn stamps_major_and_minor() {
+        let flags = kubernetes_ldflags("v1.35.4");
+        assert!(flags.contains("k8s.io/component-base/version.gitMinor=35"));
+        assert!(flags.contains("k8s.io/client-go/pkg/version.gitVersion=v1.35.4"));
+    }
+}

@@ -1,0 +1,265 @@
+//! One module per kind. Each has a pure part (builders, status) and a thin reconcile.
+
+pub mod appcluster;
+pub mod myapp;
+pub mod sample;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt, TryStreamExt};
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::manager::metrics::Metrics;
+use crate::manager::readiness::{CacheSynced, Readiness};
+use crate::reconcile::{Error, FIELD_MANAGER, apply::apply_status, backoff::Backoff};
+
+/// What a controller needs from the process that runs it.
+#[derive(Clone)]
+pub struct Settings {
+    pub client: Client,
+    /// Only this namespace, or all namespaces when `None`.
+    pub namespace: Option<String>,
+    /// How many objects of one kind are reconciled at once.
+    pub concurrency: u16,
+    pub readiness: Readiness,
+    pub metrics: Arc<crate::manager::metrics::Metrics>,
+}
+
+impl Settings {
+    /// An API for `K` in the watched namespace (or all of them).
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match &self.namespace {
+            Some(namespace) => Api::namespaced(self.client.clone(), namespace),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    /// One event recorder per controller, so repeated events aggregate into a series.
+    pub fn recorder(&self, controller: &str) -> Recorder {
+        let instance = std::env::var("POD_NAME").ok();
+        Recorder::new(
+            self.client.clone(),
+            Reporter {
+                controller: format!("{FIELD_MANAGER}-{controller}"),
+                instance,
+            },
+        )
+    }
+}
+
+/// A watch kept in a store that reconciles read instead of the API server. Managed fields are
+/// dropped (never read here, and the bulk of every object); readiness is marked at the end of
+/// each initial list.
+fn cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    synced: CacheSynced,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(|object: &mut K| object.managed_fields_mut().clear())
+        .reflect(writer)
+        .inspect_ok(move |event| {
+            if matches!(event, watcher::Event::InitDone) {
+                synced.mark();
+            }
+        });
+    (store, stream)
+}
+
+/// The cache of a controller's own kind: every object in the watched namespace(s).
+pub fn primary_cache<K>(
+    settings: &Settings,
+    controller: &'static str,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let synced = settings
+        .readiness
+        .cache(controller, K::kind(&()).into_owned());
+    let (store, events) = cache(settings.api::<K>(), watcher::Config::default(), synced);
+    (store, events.applied_objects())
+}
+
+/// The cache of a child kind: only objects the operator manages (by label). Deletions are passed
+/// on too, so a deleted child is recreated.
+pub fn child_cache<K>(
+    settings: &Settings,
+    controller: &'static str,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let synced = settings
+        .readiness
+        .cache(controller, K::kind(&()).into_owned());
+    let config = watcher::Config::default().labels(&crate::reconcile::managed_selector());
+    let (store, events) = cache(settings.api::<K>(), config, synced);
+    (store, events.touched_objects())
+}
+
+/// The cached object of kind `K` named `name` in `namespace`.
+pub fn cached<K>(store: &Store<K>, name: &str, namespace: &str) -> Option<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    store.get(&ObjectRef::new(name).within(namespace))
+}
+
+/// `namespace/name`, the key for logs and backoff.
+pub fn key(object: &impl Resource) -> String {
+    format!(
+        "{}/{}",
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    )
+}
+
+/// Publishes an event on `object`; a failure to publish is logged, never fatal.
+pub async fn publish<K: Resource<DynamicType = ()>>(
+    recorder: &Recorder,
+    object: &K,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &object.object_ref(&())).await {
+        tracing::warn!(%error, object = %key(object), reason, "could not publish event");
+    }
+}
+
+/// What every controller's context holds besides its caches.
+pub struct Common {
+    pub controller: &'static str,
+    pub client: Client,
+    pub recorder: Recorder,
+    pub backoff: Backoff,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Common {
+    pub fn new(controller: &'static str, settings: &Settings) -> Common {
+        settings
+            .metrics
+            .controller_started(controller, settings.concurrency);
+        Common {
+            controller,
+            client: settings.client.clone(),
+            recorder: settings.recorder(controller),
+            backoff: Backoff::default(),
+            metrics: settings.metrics.clone(),
+        }
+    }
+
+    /// The end of every reconcile: writes `desired` status only if it differs from `current`
+    /// (`stamp` marks a real change, e.g. `lastUpdateTime`), counts the result, and on failure
+    /// publishes a Warning event (the Degraded condition is already in `desired`).
+    pub async fn conclude<K, S>(
+        &self,
+        object: &K,
+        current: Option<&S>,
+        mut desired: S,
+        stamp: impl FnOnce(&mut S),
+        outcome: Result<(), Error>,
+        then: Action,
+    ) -> Result<Action, Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + Debug
+            + DeserializeOwned,
+        S: PartialEq + serde::Serialize,
+    {
+        let result = if current == Some(&desired) {
+            outcome
+        } else {
+            stamp(&mut desired);
+            let written = apply_status(&self.client, object, &desired).await;
+            outcome.and(written)
+        };
+        self.metrics
+            .reconcile_finished(self.controller, result.as_ref().err());
+        match result {
+            Ok(()) => {
+                self.backoff.succeeded(&key(object));
+                Ok(then)
+            }
+            Err(error) => {
+                publish(
+                    &self.recorder,
+                    object,
+                    EventType::Warning,
+                    error.reason(),
+                    "Reconcile",
+                    error.to_string(),
+                )
+                .await;
+                Err(error)
+            }
+        }
+    }
+
+    /// The error policy: log and retry with per-object exponential backoff.
+    pub fn retry<K: Resource>(&self, object: &K, error: &Error) -> Action {
+        let delay = self.backoff.failed(&key(object));
+        tracing::warn!(controller = self.controller, object = %key(object), error = %error, reason = error.reason(), retry_in = ?delay, "Reconciler error");
+        Action::requeue(delay)
+    }
+}
+
+/// Drives a controller's result stream, logging each outcome at debug level.
+pub async fn drain<T: Debug, E: std::fmt::Display>(results: impl Stream<Item = Result<T, E>>) {
+    results
+        .for_each(|result| async move {
+            match result {
+                Ok(object) => tracing::debug!(?object, "reconciled"),
+                Err(error) => tracing::debug!(%error, "reconcile did not complete"),
+            }
+        })
+        .await;
+}

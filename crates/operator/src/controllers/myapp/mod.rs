@@ -1,0 +1,188 @@
+//! The MyApp controller: a Deployment, a Service and (while autoscaling is enabled) an HPA per
+//! MyApp, applied with server-side apply; status from the Deployment.
+
+mod deployment;
+mod hpa;
+mod labels;
+mod service;
+mod status;
+
+pub use deployment::deployment;
+pub use hpa::hpa;
+pub use service::service;
+pub use status::status;
+
+use std::sync::Arc;
+
+use app_operator_api::MyApp;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::Store;
+
+use super::{Common, Settings, cached, child_cache, drain, primary_cache, publish};
+use crate::reconcile::Error;
+use crate::reconcile::apply::{Applied, apply_child, controller_reference, is_controlled_by};
+
+pub const NAME: &str = "myapp";
+
+/// A MyApp's children. Destructured without `..` where they are applied, so a new child kind
+/// cannot be built and forgotten.
+pub struct Children {
+    pub service: Service,
+    pub deployment: Deployment,
+    pub hpa: Option<HorizontalPodAutoscaler>,
+}
+
+/// Everything a MyApp's spec asks for, built without I/O.
+pub fn children(app: &MyApp, owner: &OwnerReference) -> Children {
+    Children {
+        service: service(app, owner.clone()),
+        deployment: deployment(app, owner.clone()),
+        hpa: hpa(app, owner.clone()),
+    }
+}
+
+struct Context {
+    common: Common,
+    deployments: Store<Deployment>,
+    services: Store<Service>,
+    hpas: Store<HorizontalPodAutoscaler>,
+}
+
+/// Runs the controller until `shutdown` resolves (then lets in-flight reconciles finish).
+pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let (apps, app_events) = primary_cache::<MyApp>(&settings, NAME);
+    let (deployments, deployment_events) = child_cache(&settings, NAME);
+    let (services, service_events) = child_cache(&settings, NAME);
+    let (hpas, hpa_events) = child_cache(&settings, NAME);
+    let controller = Controller::for_stream(app_events, apps)
+        .owns_stream(deployment_events)
+        .owns_stream(service_events)
+        .owns_stream(hpa_events)
+        .with_config(controller::Config::default().concurrency(settings.concurrency))
+        .graceful_shutdown_on(shutdown);
+    let context = Arc::new(Context {
+        common: Common::new(NAME, &settings),
+        deployments,
+        services,
+        hpas,
+    });
+    tracing::info!(controller = NAME, "Starting Controller");
+    drain(controller.run(reconcile, error_policy, context)).await;
+    tracing::info!(controller = NAME, "Stopped Controller");
+}
+
+async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.common.metrics.reconcile_started(NAME);
+    let namespace = app.namespace().ok_or(Error::MissingMetadata("namespace"))?;
+    let outcome = apply_children(&app, &namespace, &ctx).await;
+    let deployment = match &outcome {
+        Ok(deployment) => Some(deployment.clone()),
+        Err(_) => cached(&ctx.deployments, &app.name_any(), &namespace).map(|d| (*d).clone()),
+    };
+    let now = Time(Timestamp::now());
+    let desired = status(&app, deployment.as_ref(), outcome.as_ref().err(), &now);
+    let stamp =
+        |status: &mut app_operator_api::MyAppStatus| status.last_update_time = Some(now.clone());
+    let outcome = outcome.map(|_| ());
+    ctx.common
+        .conclude(
+            app.as_ref(),
+            app.status.as_ref(),
+            desired,
+            stamp,
+            outcome,
+            Action::await_change(),
+        )
+        .await
+}
+
+fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.common.retry(app.as_ref(), error)
+}
+
+/// Applies the children in order (Service, then Deployment, then HPA) and returns the Deployment
+/// as the API server has it after the apply.
+async fn apply_children(app: &MyApp, namespace: &str, ctx: &Context) -> Result<Deployment, Error> {
+    let uid = app.uid().ok_or(Error::MissingMetadata("uid"))?;
+    let owner = controller_reference(app).ok_or(Error::MissingMetadata("uid"))?;
+    let Children {
+        service,
+        deployment,
+        hpa,
+    } = children(app, &owner);
+    let name = app.name_any();
+
+    let services: Api<Service> = Api::namespaced(ctx.common.client.clone(), namespace);
+    let cached_service = cached(&ctx.services, &name, namespace);
+    let (_, change) = apply_child(&services, &service, cached_service.as_deref(), &uid).await?;
+    announce(ctx, app, "Service", &name, change).await;
+
+    let deployments: Api<Deployment> = Api::namespaced(ctx.common.client.clone(), namespace);
+    let cached_deployment = cached(&ctx.deployments, &name, namespace);
+    let (deployment, change) = apply_child(
+        &deployments,
+        &deployment,
+        cached_deployment.as_deref(),
+        &uid,
+    )
+    .await?;
+    announce(ctx, app, "Deployment", &name, change).await;
+
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.common.client.clone(), namespace);
+    let cached_hpa = cached(&ctx.hpas, &name, namespace);
+    match hpa {
+        Some(hpa) => {
+            let (_, change) = apply_child(&hpas, &hpa, cached_hpa.as_deref(), &uid).await?;
+            announce(ctx, app, "HorizontalPodAutoscaler", &name, change).await;
+        }
+        None => {
+            if let Some(existing) = cached_hpa.filter(|h| is_controlled_by(h.as_ref(), &uid)) {
+                hpas.delete(&existing.name_any(), &DeleteParams::background())
+                    .await
+                    .map_err(|source| Error::Delete {
+                        kind: "HorizontalPodAutoscaler".into(),
+                        name: name.clone(),
+                        source,
+                    })?;
+                let note =
+                    format!("Deleted HorizontalPodAutoscaler {name}: autoscaling is disabled");
+                publish(
+                    &ctx.common.recorder,
+                    app,
+                    EventType::Normal,
+                    "Deleted",
+                    "Delete",
+                    note,
+                )
+                .await;
+            }
+        }
+    }
+    Ok(deployment)
+}
+
+/// A Normal event when a child was created or changed; nothing when it already matched.
+async fn announce(ctx: &Context, app: &MyApp, kind: &str, name: &str, change: Applied) {
+    let (reason, verb) = match change {
+        Applied::Created => ("Created", "Created"),
+        Applied::Changed => ("Updated", "Updated"),
+        Applied::Unchanged => return,
+    };
+    publish(
+        &ctx.common.recorder,
+        app,
+        EventType::Normal,
+        reason,
+        "Apply",
+        format!("{verb} {kind} {name}"),
+    )
+    .await;
+}

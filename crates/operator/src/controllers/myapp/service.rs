@@ -1,0 +1,39 @@
+use app_operator_api::MyApp;
+use app_operator_api::myapp::ServiceType;
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use super::labels::{labels, selector_labels};
+
+/// The Service of a MyApp: its port forwards to the container's named port `http`.
+pub fn service(app: &MyApp, owner: OwnerReference) -> Service {
+    let type_ = match app.spec.service_type {
+        ServiceType::ClusterIP => "ClusterIP",
+        ServiceType::NodePort => "NodePort",
+        ServiceType::LoadBalancer => "LoadBalancer",
+    };
+    Service {
+        metadata: ObjectMeta {
+            name: Some(app.name_any()),
+            namespace: app.namespace(),
+            labels: Some(labels(app)),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some(type_.into()),
+            selector: Some(selector_labels(app)),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: app.spec.port,
+                target_port: Some(IntOrString::String("http".into())),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}

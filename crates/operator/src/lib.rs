@@ -1,0 +1,8 @@
+//! app-operator: Kubernetes controllers for `MyApp`, `AppCluster` and `Sample`.
+
+pub mod controllers;
+pub mod manager;
+pub mod manifests;
+pub mod reconcile;
+
+pub use app_operator_api as api;

@@ -1,0 +1,212 @@
+//! The `app-operator` binary: command-line parsing and nothing else.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use app_operator::manager::{self, ControllerKind, Options};
+use clap::{Parser, Subcommand, ValueEnum};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tokio_util::sync::CancellationToken;
+
+/// In-flight reconciles get this long after SIGTERM: less than the default 10 s grace period.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(7);
+
+#[derive(Parser)]
+#[command(
+    name = "app-operator",
+    version,
+    about = "Kubernetes operator for MyApp, AppCluster and Sample resources"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the controllers (the manager).
+    Run(Box<RunArgs>),
+    /// Print every CustomResourceDefinition as YAML.
+    Crds,
+    /// Print the version.
+    Version,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Path to a kubeconfig; in-cluster configuration or $KUBECONFIG when unset.
+    #[arg(long, env = "APP_OPERATOR_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Address of the metrics endpoint (`:8080`, `127.0.0.1:8080`); `0` disables it.
+    #[arg(long, env = "APP_OPERATOR_METRICS_BIND_ADDRESS", default_value = ":8080", value_parser = parse_address)]
+    metrics_bind_address: Address,
+    /// Address of the /healthz and /readyz endpoints; `0` disables them.
+    #[arg(long, env = "APP_OPERATOR_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = parse_address)]
+    health_probe_bind_address: Address,
+    /// Watch only this namespace (all namespaces when empty).
+    #[arg(long, env = "APP_OPERATOR_WATCH_NAMESPACE", default_value = "")]
+    watch_namespace: String,
+    /// The controllers to run.
+    #[arg(long, env = "APP_OPERATOR_CONTROLLERS", value_delimiter = ',', default_values = ["myapp", "appcluster", "sample"])]
+    controllers: Vec<ControllerKind>,
+    /// How many objects of one kind may be reconciled at once.
+    #[arg(long, env = "APP_OPERATOR_MAX_CONCURRENT_RECONCILES", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    max_concurrent_reconciles: u16,
+    /// Log format.
+    #[arg(long, env = "APP_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Log level or tracing filter (`info`, `debug`, `app_operator=debug,kube=info`).
+    #[arg(long, env = "APP_OPERATOR_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+/// A bind address, or disabled.
+#[derive(Clone, Copy)]
+struct Address(Option<SocketAddr>);
+
+/// `:8080` means every interface, as in controller-runtime; `0` disables.
+fn parse_address(value: &str) -> Result<Address, String> {
+    if value == "0" {
+        return Ok(Address(None));
+    }
+    let full = if value.starts_with(':') {
+        format!("0.0.0.0{value}")
+    } else {
+        value.to_owned()
+    };
+    full.parse()
+        .map(|a| Address(Some(a)))
+        .map_err(|e| format!("{value:?} is not host:port or :port ({e})"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds => crds(),
+        Command::Version => {
+            println!("app-operator {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Run(args) => {
+            init_logging(args.log_format, &args.log_level);
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(error) => return fail(&format!("cannot start the async runtime: {error}")),
+            };
+            match runtime.block_on(run(*args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => fail(&message),
+            }
+        }
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}
+
+fn crds() -> ExitCode {
+    match app_operator::manifests::crd_files() {
+        Ok(files) => {
+            files.iter().for_each(|(_, yaml)| print!("{yaml}"));
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&format!("serializing the CRDs: {error}")),
+    }
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client, String> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .map_err(|e| format!("no Kubernetes configuration found: {e}"))?,
+    };
+    let server = config.cluster_url.clone();
+    let client =
+        Client::try_from(config).map_err(|e| format!("building the Kubernetes client: {e}"))?;
+    // Fail fast and clearly when the API server cannot be reached, instead of retrying watches forever.
+    match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
+        Ok(Ok(_)) => Ok(client),
+        Ok(Err(error)) => Err(format!(
+            "cannot reach the Kubernetes API server at {server}: {error}"
+        )),
+        Err(_) => Err(format!(
+            "cannot reach the Kubernetes API server at {server}: timed out after 10s"
+        )),
+    }
+}
+
+async fn run(args: RunArgs) -> Result<(), String> {
+    let client = client(args.kubeconfig.as_ref()).await?;
+    let options = Options {
+        namespace: Some(args.watch_namespace).filter(|n| !n.is_empty()),
+        controllers: args.controllers,
+        concurrency: args.max_concurrent_reconciles,
+        metrics_address: args.metrics_bind_address.0,
+        health_address: args.health_probe_bind_address.0,
+    };
+    tracing::info!(controllers = ?options.controllers, namespace = ?options.namespace, "starting manager");
+    let shutdown = CancellationToken::new();
+    let signalled = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("Stopping and waiting for in-flight reconciles");
+        signalled.cancel();
+    });
+    let manager = manager::run(client, options, shutdown.clone());
+    tokio::pin!(manager);
+    tokio::select! {
+        result = &mut manager => result.map_err(|e| e.to_string()),
+        () = async { shutdown.cancelled().await; tokio::time::sleep(SHUTDOWN_TIMEOUT).await } => {
+            tracing::warn!("in-flight reconciles did not finish in {SHUTDOWN_TIMEOUT:?}; exiting");
+            Ok(())
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

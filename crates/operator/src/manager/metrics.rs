@@ -1,0 +1,161 @@
+//! Prometheus metrics under controller-runtime's names, so existing dashboards and alerts work.
+
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::reconcile::Error;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub controller: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: &'static str,
+    /// The error variant (a bounded set), never the message.
+    pub reason: &'static str,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    reconcile_total: Family<ResultLabels, Counter>,
+    reconcile_errors_total: Family<ControllerLabels, Counter>,
+    reconcile_errors_by_reason: Family<ErrorLabels, Counter>,
+    reconcile_time_seconds: Family<ControllerLabels, Histogram>,
+    max_concurrent_reconciles: Family<ControllerLabels, Gauge>,
+    active_workers: Family<ControllerLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let reconcile_total = Family::<ResultLabels, Counter>::default();
+        let reconcile_errors_total = Family::<ControllerLabels, Counter>::default();
+        let reconcile_errors_by_reason = Family::<ErrorLabels, Counter>::default();
+        let reconcile_time_seconds =
+            Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            });
+        let max_concurrent_reconciles = Family::<ControllerLabels, Gauge>::default();
+        let active_workers = Family::<ControllerLabels, Gauge>::default();
+        let runtime = registry.sub_registry_with_prefix("controller_runtime");
+        runtime.register(
+            "reconcile",
+            "Total number of reconciliations per controller",
+            reconcile_total.clone(),
+        );
+        runtime.register(
+            "reconcile_errors",
+            "Total number of reconciliation errors per controller",
+            reconcile_errors_total.clone(),
+        );
+        runtime.register(
+            "reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            reconcile_time_seconds.clone(),
+        );
+        runtime.register(
+            "max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            max_concurrent_reconciles.clone(),
+        );
+        runtime.register(
+            "active_workers",
+            "Number of currently used workers per controller",
+            active_workers.clone(),
+        );
+        registry.register(
+            "app_operator_reconcile_errors_by_reason",
+            "Reconciliation errors per controller and error kind",
+            reconcile_errors_by_reason.clone(),
+        );
+        Metrics {
+            registry,
+            reconcile_total,
+            reconcile_errors_total,
+            reconcile_errors_by_reason,
+            reconcile_time_seconds,
+            max_concurrent_reconciles,
+            active_workers,
+        }
+    }
+}
+
+/// Measures one reconcile: counts it as an active worker and observes its duration when dropped.
+pub struct ReconcileTimer<'a> {
+    metrics: &'a Metrics,
+    controller: &'static str,
+    started: Instant,
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        let labels = ControllerLabels {
+            controller: self.controller,
+        };
+        self.metrics.active_workers.get_or_create(&labels).dec();
+        self.metrics
+            .reconcile_time_seconds
+            .get_or_create(&labels)
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Metrics {
+    pub fn controller_started(&self, controller: &'static str, concurrency: u16) {
+        let labels = ControllerLabels { controller };
+        self.max_concurrent_reconciles
+            .get_or_create(&labels)
+            .set(i64::from(concurrency));
+        self.active_workers.get_or_create(&labels).set(0);
+    }
+
+    pub fn reconcile_started(&self, controller: &'static str) -> ReconcileTimer<'_> {
+        self.active_workers
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
+        ReconcileTimer {
+            metrics: self,
+            controller,
+            started: Instant::now(),
+        }
+    }
+
+    pub fn reconcile_finished(&self, controller: &'static str, error: Option<&Error>) {
+        let result = if error.is_some() { "error" } else { "success" };
+        self.reconcile_total
+            .get_or_create(&ResultLabels { controller, result })
+            .inc();
+        if let Some(error) = error {
+            self.reconcile_errors_total
+                .get_or_create(&ControllerLabels { controller })
+                .inc();
+            self.reconcile_errors_by_reason
+                .get_or_create(&ErrorLabels {
+                    controller,
+                    reason: error.metric_label(),
+                })
+                .inc();
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}

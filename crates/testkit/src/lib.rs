@@ -1,0 +1,165 @@
+//! What every integration test needs: a client for the suite's control plane, a fresh namespace
+//! (deleted afterwards), the pinned `kubectl`, and polling with a deadline.
+//!
+//! It never skips: without a control plane every test fails, saying how to get one.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
+use local_cluster::{Layout, Tools};
+
+/// The kubeconfig of the suite's control plane: `APP_OPERATOR_TEST_KUBECONFIG`, else the running
+/// local one. Panics (failing the test) with instructions when there is none.
+pub fn kubeconfig() -> PathBuf {
+    if let Some(path) = std::env::var_os("APP_OPERATOR_TEST_KUBECONFIG") {
+        return PathBuf::from(path);
+    }
+    let layout = Layout::default();
+    if !layout.running().is_empty() {
+        return layout.kubeconfig();
+    }
+    panic!(
+        "no Kubernetes control plane for the integration tests.\n\
+         Run the suite with `make test` (starts and stops one), or start one with \
+         `make cluster-up`, or point APP_OPERATOR_TEST_KUBECONFIG at an existing cluster."
+    );
+}
+
+pub async fn client() -> Client {
+    local_cluster::admin_client(&kubeconfig())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A client that impersonates `user` (and `groups`), as `kubectl --as` does: for testing what an
+/// identity may and may not do.
+pub async fn client_as(user: &str, groups: &[&str]) -> Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(kubeconfig()).unwrap_or_else(|e| panic!("{e}"));
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    config.auth_info.impersonate = Some(user.to_owned());
+    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
+    Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The pinned upstream binaries (built on first use, cached afterwards).
+pub fn tools() -> &'static Tools {
+    static TOOLS: OnceLock<Tools> = OnceLock::new();
+    TOOLS.get_or_init(|| {
+        Tools::ensure(&local_cluster::repo_root().join("hack/k8s-tools"))
+            .unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+/// `kubectl` of the pinned release, pointed at the suite's control plane.
+pub fn kubectl(args: &[&str]) -> Output {
+    Command::new(tools().bin("kubectl"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig())
+        .output()
+        .unwrap_or_else(|e| panic!("running kubectl: {e}"))
+}
+
+/// Like [`kubectl`], failing the test with kubectl's stderr unless it succeeds; returns stdout.
+pub fn kubectl_ok(args: &[&str]) -> String {
+    let output = kubectl(args);
+    assert!(
+        output.status.success(),
+        "kubectl {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A namespace of its own for one test, deleted when dropped.
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNamespace {
+    /// Creates `<prefix>-<random>` and waits until Pods can be created in it.
+    pub async fn new(prefix: &str) -> TestNamespace {
+        let client = client().await;
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let namespace: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": { "generateName": format!("{prefix}-"), "labels": { "app-operator.test": "true" } }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let created = namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap_or_else(|e| panic!("creating a test namespace: {e}"));
+        let name = created.metadata.name.unwrap_or_default();
+        let service_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        eventually(
+            Duration::from_secs(30),
+            "the namespace's default ServiceAccount",
+            || async { service_accounts.get_opt("default").await.ok().flatten() },
+        )
+        .await;
+        TestNamespace { name, client }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Drop cannot await, and the test's runtime may be shutting down: delete from a thread
+        // with its own runtime and client.
+        let name = self.name.clone();
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let client = local_cluster::admin_client(&kubeconfig()).await.ok()?;
+                Api::<Namespace>::all(client)
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                    .ok()
+            })
+        });
+        let _ = deleted.join();
+    }
+}
+
+/// Polls `probe` every 100 ms until it returns `Some`, failing the test after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Builds a typed object from JSON (test fixtures read best as the YAML users write).
+pub fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
+    serde_json::from_value(value).unwrap_or_else(|e| panic!("fixture does not deserialize: {e}"))
+}

@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins an upstream command that the local test cluster runs.
+// Nothing here is part of the product.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+)
