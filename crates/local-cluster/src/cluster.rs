@@ -360,6 +360,10 @@ async fn start_all(
                 ("node-ip", "10.0.0.1"),
                 ("cidr", "10.244.0.0/16"),
                 ("server-address", &format!("127.0.0.1:{kwok_port}")),
+                // Heartbeat through a node Lease, as a kubelet does. Without it kwok updates the node
+                // status only every ~55 s, past the controller manager's 50 s grace period, and every
+                // Pod on the node flaps to NotReady each minute.
+                ("node-lease-duration-seconds", "40"),
             ]),
         },
     )?;

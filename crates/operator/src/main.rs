@@ -137,7 +137,8 @@ fn init_logging(format: LogFormat, level: &str) {
     }
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client, String> {
+/// The client configuration, after checking the API server answers.
+async fn client_config(kubeconfig: Option<&PathBuf>) -> Result<Config, String> {
     let config = match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
@@ -151,11 +152,11 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client, String> {
             .map_err(|e| format!("no Kubernetes configuration found: {e}"))?,
     };
     let server = config.cluster_url.clone();
-    let client =
-        Client::try_from(config).map_err(|e| format!("building the Kubernetes client: {e}"))?;
+    let client = Client::try_from(config.clone())
+        .map_err(|e| format!("building the Kubernetes client: {e}"))?;
     // Fail fast and clearly when the API server cannot be reached, instead of retrying watches forever.
     match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
-        Ok(Ok(_)) => Ok(client),
+        Ok(Ok(_)) => Ok(config),
         Ok(Err(error)) => Err(format!(
             "cannot reach the Kubernetes API server at {server}: {error}"
         )),
@@ -166,7 +167,7 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client, String> {
 }
 
 async fn run(args: RunArgs) -> Result<(), String> {
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let config = client_config(args.kubeconfig.as_ref()).await?;
     let options = Options {
         namespace: Some(args.watch_namespace).filter(|n| !n.is_empty()),
         controllers: args.controllers,
@@ -182,7 +183,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
         tracing::info!("Stopping and waiting for in-flight reconciles");
         signalled.cancel();
     });
-    let manager = manager::run(client, options, shutdown.clone());
+    let manager = manager::run(config, options, shutdown.clone());
     tokio::pin!(manager);
     tokio::select! {
         result = &mut manager => result.map_err(|e| e.to_string()),

@@ -36,14 +36,19 @@ pub async fn client() -> Client {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The client configuration of the suite's control plane (for building a custom client).
+pub async fn config() -> kube::Config {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(kubeconfig()).unwrap_or_else(|e| panic!("{e}"));
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// A client that impersonates `user` (and `groups`), as `kubectl --as` does: for testing what an
 /// identity may and may not do.
 pub async fn client_as(user: &str, groups: &[&str]) -> Client {
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(kubeconfig()).unwrap_or_else(|e| panic!("{e}"));
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut config = config().await;
     config.auth_info.impersonate = Some(user.to_owned());
     config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
     Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))

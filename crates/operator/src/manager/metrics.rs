@@ -23,6 +23,11 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub controller: &'static str,
     /// The error variant (a bounded set), never the message.
@@ -37,6 +42,7 @@ pub struct Metrics {
     reconcile_time_seconds: Family<ControllerLabels, Histogram>,
     max_concurrent_reconciles: Family<ControllerLabels, Gauge>,
     active_workers: Family<ControllerLabels, Gauge>,
+    rest_client_requests_total: Family<RequestLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -51,6 +57,12 @@ impl Default for Metrics {
             });
         let max_concurrent_reconciles = Family::<ControllerLabels, Gauge>::default();
         let active_workers = Family::<ControllerLabels, Gauge>::default();
+        let rest_client_requests_total = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "rest_client_requests",
+            "Number of HTTP requests to the API server, by method",
+            rest_client_requests_total.clone(),
+        );
         let runtime = registry.sub_registry_with_prefix("controller_runtime");
         runtime.register(
             "reconcile",
@@ -90,6 +102,7 @@ impl Default for Metrics {
             reconcile_time_seconds,
             max_concurrent_reconciles,
             active_workers,
+            rest_client_requests_total,
         }
     }
 }
@@ -150,6 +163,40 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// Counts one request to the API server (watches included, once per connection).
+    pub fn api_request(&self, method: &http::Method) {
+        let method = match *method {
+            http::Method::GET => "GET",
+            http::Method::POST => "POST",
+            http::Method::PUT => "PUT",
+            http::Method::PATCH => "PATCH",
+            http::Method::DELETE => "DELETE",
+            _ => "OTHER",
+        };
+        self.rest_client_requests_total
+            .get_or_create(&RequestLabels { method })
+            .inc();
+    }
+
+    /// Requests to the API server so far, by method (`GET`, `PATCH`, …).
+    pub fn api_requests(&self, method: &'static str) -> u64 {
+        self.rest_client_requests_total
+            .get_or_create(&RequestLabels { method })
+            .get()
+    }
+
+    /// Reconciles of `controller` so far, successful or not.
+    pub fn reconciles(&self, controller: &'static str) -> u64 {
+        ["success", "error"]
+            .into_iter()
+            .map(|result| {
+                self.reconcile_total
+                    .get_or_create(&ResultLabels { controller, result })
+                    .get()
+            })
+            .sum()
     }
 
     /// The Prometheus text exposition of every metric.

@@ -44,6 +44,8 @@ pub struct Options {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("building the Kubernetes client: {source}")]
+    Client { source: kube::Error },
     #[error("cannot listen on {address}: {source}")]
     Bind {
         address: SocketAddr,
@@ -54,6 +56,19 @@ pub enum Error {
         address: SocketAddr,
         source: std::io::Error,
     },
+}
+
+/// A client whose every request is counted in `rest_client_requests_total`.
+pub fn counted_client(config: kube::Config, metrics: &Arc<Metrics>) -> Result<Client, kube::Error> {
+    let metrics = metrics.clone();
+    let count =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            metrics.api_request(request.method());
+            request
+        });
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&count)
+        .build())
 }
 
 /// Starts the selected controllers; they stop (finishing in-flight reconciles) when `shutdown` is
@@ -88,12 +103,13 @@ pub fn start_controllers(
 /// Runs the manager until `shutdown` is cancelled: probes and metrics endpoints, then the
 /// controllers; returns once every controller has stopped.
 pub async fn run(
-    client: Client,
+    config: kube::Config,
     options: Options,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let readiness = Readiness::default();
     let metrics = Arc::new(Metrics::default());
+    let client = counted_client(config, &metrics).map_err(|source| Error::Client { source })?;
     let mut servers = JoinSet::new();
     if let Some(address) = options.health_address {
         let listener = server::bind(address).await?;

@@ -9,7 +9,7 @@ mod status;
 
 pub use deployment::deployment;
 pub use hpa::hpa;
-pub use service::service;
+pub use service::{ports_drifted, service};
 pub use status::status;
 
 use std::sync::Arc;
@@ -21,14 +21,14 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 
 use super::{Common, Settings, cached, child_cache, drain, primary_cache, publish};
-use crate::reconcile::Error;
 use crate::reconcile::apply::{Applied, apply_child, controller_reference, is_controlled_by};
+use crate::reconcile::{Error, FIELD_MANAGER};
 
 pub const NAME: &str = "myapp";
 
@@ -122,7 +122,20 @@ async fn apply_children(app: &MyApp, namespace: &str, ctx: &Context) -> Result<D
 
     let services: Api<Service> = Api::namespaced(ctx.common.client.clone(), namespace);
     let cached_service = cached(&ctx.services, &name, namespace);
+    // Edited ports must go before applying: an edited port beside ours can make the Service
+    // invalid (two ports named `http`), and apply cannot remove another manager's port.
+    let drifted = cached_service
+        .as_deref()
+        .filter(|s| is_controlled_by(*s, &uid) && ports_drifted(&service, s));
+    if drifted.is_some() {
+        restore_ports(&services, &service).await?;
+    }
     let (_, change) = apply_child(&services, &service, cached_service.as_deref(), &uid).await?;
+    let change = if drifted.is_some() {
+        Applied::Changed
+    } else {
+        change
+    };
     announce(ctx, app, "Service", &name, change).await;
 
     let deployments: Api<Deployment> = Api::namespaced(ctx.common.client.clone(), namespace);
@@ -176,13 +189,36 @@ async fn announce(ctx: &Context, app: &MyApp, kind: &str, name: &str, change: Ap
         Applied::Changed => ("Updated", "Updated"),
         Applied::Unchanged => return,
     };
+    // The recorder aggregates events by reason and action: the action names the kind so that
+    // "Created Service" and "Created Deployment" stay two events.
+    let action = format!("Apply{kind}");
     publish(
         &ctx.common.recorder,
         app,
         EventType::Normal,
         reason,
-        "Apply",
+        &action,
         format!("{verb} {kind} {name}"),
     )
     .await;
+}
+
+/// Replaces the Service's port list with ours (a JSON merge patch replaces lists whole).
+async fn restore_ports(services: &Api<Service>, desired: &Service) -> Result<(), Error> {
+    let name = desired.name_any();
+    let ports = desired.spec.as_ref().and_then(|s| s.ports.clone());
+    let patch = serde_json::json!({ "spec": { "ports": ports } });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    services
+        .patch(&name, &params, &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Apply {
+            kind: "Service".into(),
+            name,
+            source,
+        })
 }

@@ -37,3 +37,25 @@ pub fn service(app: &MyApp, owner: OwnerReference) -> Service {
         status: None,
     }
 }
+
+/// Whether `actual` has other ports than `desired` (ignoring the allocated `nodePort`).
+pub fn ports_drifted(desired: &Service, actual: &Service) -> bool {
+    let key = |service: &Service| {
+        let mut ports: Vec<_> = service
+            .spec
+            .iter()
+            .flat_map(|s| s.ports.iter().flatten())
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.port,
+                    p.target_port.clone(),
+                    p.protocol.clone(),
+                )
+            })
+            .collect();
+        ports.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        ports
+    };
+    key(desired) != key(actual)
+}

@@ -1,0 +1,202 @@
+//! AppCluster on a real control plane: the tutorial's walkthrough (seed 000, section 6), scaling
+//! without overshoot, and the scale subresource.
+
+// Test code: a failed expectation is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use app_operator::api::AppCluster;
+use app_operator::manager::ControllerKind;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use support::{TIMEOUT, rejection};
+use testkit::{TestNamespace, eventually, kubectl_ok, object};
+
+const SAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../config/samples/demo_v1_appcluster.yaml"
+);
+
+fn running_and_ready(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Waits until exactly `count` Pods labelled `app=<name>` exist, all Running and Ready, and
+/// `status.ready == count`.
+async fn settled(ns: &TestNamespace, name: &str, count: usize) -> Vec<Pod> {
+    let pods = ns.api::<Pod>();
+    let clusters = ns.api::<AppCluster>();
+    eventually(
+        TIMEOUT,
+        &format!("{count} ready pods and status.ready == {count}"),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(&format!("app={name}")))
+                .await
+                .ok()?;
+            let ready = clusters.get(name).await.ok()?.status?.ready;
+            let all_ready = list.items.iter().all(running_and_ready);
+            (list.items.len() == count && all_ready && usize::try_from(ready).ok()? == count)
+                .then_some(list.items)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tutorial_walkthrough() {
+    let ns = TestNamespace::new("appcluster-tutorial").await;
+    let _operator = support::start(&ns, &[ControllerKind::Appcluster]).await;
+    let name = "appcluster-sample";
+
+    // 6.2: apply the sample (size: 2) → two Running, Ready Pods named <name>-pod-*, status.ready 2.
+    kubectl_ok(&["apply", "-n", &ns.name, "-f", SAMPLE]);
+    let pods = settled(&ns, name, 2).await;
+    for pod in &pods {
+        assert!(
+            pod.name_any().starts_with("appcluster-sample-pod-"),
+            "{}",
+            pod.name_any()
+        );
+        assert_eq!(pod.owner_references()[0].kind, "AppCluster");
+    }
+
+    // 6.5: delete one Pod → it is replaced, status.ready returns to 2.
+    let deleted = pods[0].name_any();
+    kubectl_ok(&["delete", "pod", &deleted, "-n", &ns.name]);
+    let pods = settled(&ns, name, 2).await;
+    assert!(
+        pods.iter().all(|p| p.name_any() != deleted),
+        "the deleted Pod is still listed"
+    );
+
+    // 6.6: delete the AppCluster → no Pods with app=<name> remain.
+    kubectl_ok(&["delete", "appcluster", name, "-n", &ns.name]);
+    let pod_api = ns.api::<Pod>();
+    eventually(TIMEOUT, "the Pods to be garbage-collected", || async {
+        pod_api
+            .list(&ListParams::default().labels(&format!("app={name}")))
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_0_to_50_never_overshoots_and_50_to_3_settles_at_3() {
+    let ns = TestNamespace::new("appcluster-scale").await;
+    let _operator = support::start(&ns, &[ControllerKind::Appcluster]).await;
+    let clusters = ns.api::<AppCluster>();
+    let cluster: AppCluster = object(json!({
+        "apiVersion": "demo.demo.io/v1", "kind": "AppCluster", "metadata": { "name": "big" }, "spec": { "size": 0 }
+    }));
+    clusters
+        .create(&Default::default(), &cluster)
+        .await
+        .unwrap();
+
+    // A watcher counts every Pod that exists (terminating ones included) and keeps the maximum.
+    let existing = Arc::new(Mutex::new(HashSet::<String>::new()));
+    let most = Arc::new(AtomicUsize::new(0));
+    let watch = {
+        let (existing, most) = (existing.clone(), most.clone());
+        let pods = ns.api::<Pod>();
+        tokio::spawn(async move {
+            let events =
+                watcher(pods, watcher::Config::default().labels("app=big")).default_backoff();
+            futures::pin_mut!(events);
+            while let Some(Ok(event)) = events.next().await {
+                let mut set = existing.lock().unwrap();
+                match event {
+                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                        set.insert(pod.name_any());
+                    }
+                    watcher::Event::Delete(pod) => {
+                        set.remove(&pod.name_any());
+                    }
+                    _ => {}
+                }
+                most.fetch_max(set.len(), Ordering::SeqCst);
+            }
+        })
+    };
+
+    let scale = |size: i32| {
+        let clusters = clusters.clone();
+        async move {
+            let patch = json!({ "spec": { "size": size } });
+            clusters
+                .patch("big", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    scale(50).await;
+    settled(&ns, "big", 50).await;
+    assert!(
+        most.load(Ordering::SeqCst) <= 50,
+        "{} pods existed at once for size 50",
+        most.load(Ordering::SeqCst)
+    );
+
+    scale(3).await;
+    settled(&ns, "big", 3).await;
+    watch.abort();
+    assert!(most.load(Ordering::SeqCst) <= 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_scale_works_and_a_negative_size_is_rejected() {
+    let ns = TestNamespace::new("appcluster-kubectl").await;
+    let _operator = support::start(&ns, &[ControllerKind::Appcluster]).await;
+    kubectl_ok(&["apply", "-n", &ns.name, "-f", SAMPLE]);
+    settled(&ns, "appcluster-sample", 2).await;
+    kubectl_ok(&[
+        "scale",
+        "appcluster/appcluster-sample",
+        "--replicas=4",
+        "-n",
+        &ns.name,
+    ]);
+    settled(&ns, "appcluster-sample", 4).await;
+    let columns = kubectl_ok(&["get", "appcluster", "appcluster-sample", "-n", &ns.name]);
+    assert!(
+        columns.contains("SIZE") && columns.contains("READY"),
+        "{columns}"
+    );
+
+    let resource = kube::core::ApiResource::erase::<AppCluster>(&());
+    let raw: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
+    let negative: kube::core::DynamicObject = object(json!({
+        "apiVersion": "demo.demo.io/v1", "kind": "AppCluster", "metadata": { "name": "negative" }, "spec": { "size": -1 }
+    }));
+    let error = rejection(raw.create(&Default::default(), &negative).await);
+    assert_eq!(error.code, 422);
+    assert!(error.message.contains("spec.size"), "{}", error.message);
+    ns.api::<AppCluster>()
+        .delete("appcluster-sample", &DeleteParams::default())
+        .await
+        .unwrap();
+}

@@ -1,0 +1,489 @@
+//! MyApp on a real control plane: what a user sees after `kubectl apply`.
+
+// Test code: a failed expectation is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::time::Duration;
+
+use app_operator::api::MyApp;
+use app_operator::api::conditions::{DEGRADED, READY};
+use app_operator::manager::ControllerKind;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use support::{TIMEOUT, condition, rejection};
+use testkit::{TestNamespace, eventually, kubectl_ok, object};
+
+fn my_app_json(name: &str, spec: serde_json::Value) -> serde_json::Value {
+    json!({ "apiVersion": "example.com/v1", "kind": "MyApp", "metadata": { "name": name }, "spec": spec })
+}
+
+fn my_app(name: &str, spec: serde_json::Value) -> MyApp {
+    object(my_app_json(name, spec))
+}
+
+async fn wait_ready(apps: &Api<MyApp>, name: &str, replicas: i32) -> MyApp {
+    eventually(
+        TIMEOUT,
+        "MyApp Ready=True with all replicas ready",
+        || async {
+            let app = apps.get(name).await.ok()?;
+            let status = app.status.as_ref()?;
+            let ready =
+                condition(&status.conditions, READY)? == ("True".into(), "DeploymentReady".into());
+            (ready
+                && status.ready_replicas == replicas
+                && status.observed_generation == app.metadata.generation)
+                .then_some(app)
+        },
+    )
+    .await
+}
+
+async fn deployment_replicas(deployments: &Api<Deployment>, name: &str, replicas: i32) {
+    eventually(
+        TIMEOUT,
+        &format!("Deployment {name} spec.replicas == {replicas}"),
+        || async { (deployments.get(name).await.ok()?.spec?.replicas? == replicas).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_myapp_becomes_a_deployment_and_a_service_and_reports_ready() {
+    let ns = TestNamespace::new("myapp-create").await;
+    let _operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let apps = ns.api::<MyApp>();
+    let spec = json!({
+        "replicas": 2, "image": "nginx:1.27", "port": 9090, "serviceType": "NodePort",
+        "resources": { "requests": { "cpu": "100m", "memory": "64Mi" }, "limits": { "cpu": "1", "memory": "128Mi" } },
+        "env": [
+            { "name": "MODE", "value": "prod" },
+            { "name": "PASSWORD", "valueFrom": { "secretKeyRef": { "name": "db", "key": "password" } } }
+        ]
+    });
+    apps.create(&PostParams::default(), &my_app("web", spec))
+        .await
+        .unwrap();
+
+    let app = wait_ready(&apps, "web", 2).await;
+    let deployment = ns.api::<Deployment>().get("web").await.unwrap();
+    let owner = &deployment.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("MyApp", app.uid().unwrap().as_str())
+    );
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    for label in ["app.kubernetes.io/name", "app.kubernetes.io/instance"] {
+        assert_eq!(
+            deployment.labels().get(label).map(String::as_str),
+            Some("web")
+        );
+    }
+    assert_eq!(
+        deployment
+            .labels()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("app-operator")
+    );
+    let pod_spec = deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    let container = &pod_spec.containers[0];
+    assert_eq!(
+        (container.name.as_str(), container.image.as_deref()),
+        ("app", Some("nginx:1.27"))
+    );
+    let port = &container.ports.as_ref().unwrap()[0];
+    assert_eq!(
+        (port.name.as_deref(), port.container_port),
+        (Some("http"), 9090)
+    );
+    let env = container.env.as_ref().unwrap();
+    assert_eq!(env[0].value.as_deref(), Some("prod"));
+    let secret = env[1]
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (secret.name.as_str(), secret.key.as_str()),
+        ("db", "password")
+    );
+    let resources = container.resources.as_ref().unwrap();
+    assert_eq!(resources.requests.as_ref().unwrap()["cpu"].0, "100m");
+    assert_eq!(resources.limits.as_ref().unwrap()["memory"].0, "128Mi");
+
+    let service = ns.api::<Service>().get("web").await.unwrap();
+    let service_spec = service.spec.unwrap();
+    assert_eq!(service_spec.type_.as_deref(), Some("NodePort"));
+    let service_port = &service_spec.ports.unwrap()[0];
+    assert_eq!(service_port.port, 9090);
+    assert_eq!(
+        format!("{:?}", service_port.target_port),
+        r#"Some(String("http"))"#
+    );
+    assert_eq!(
+        service_spec
+            .selector
+            .unwrap()
+            .get("app.kubernetes.io/instance")
+            .map(String::as_str),
+        Some("web")
+    );
+
+    let status = app.status.unwrap();
+    assert_eq!(status.available_replicas, 2);
+    assert_eq!(condition(&status.conditions, DEGRADED).unwrap().0, "False");
+    assert_eq!(
+        status.selector.as_deref(),
+        Some("app.kubernetes.io/instance=web,app.kubernetes.io/name=web")
+    );
+    let described = kubectl_ok(&["describe", "myapp", "web", "-n", &ns.name]);
+    assert!(described.contains("Created Deployment web"), "{described}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_scale_and_spec_edits_reach_the_deployment() {
+    let ns = TestNamespace::new("myapp-scale").await;
+    let _operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let apps = ns.api::<MyApp>();
+    let deployments = ns.api::<Deployment>();
+    apps.create(
+        &PostParams::default(),
+        &my_app("web", json!({ "image": "nginx:1.27" })),
+    )
+    .await
+    .unwrap();
+    wait_ready(&apps, "web", 1).await;
+
+    kubectl_ok(&["scale", "myapp/web", "--replicas=3", "-n", &ns.name]);
+    deployment_replicas(&deployments, "web", 3).await;
+    wait_ready(&apps, "web", 3).await;
+
+    let image = json!({ "spec": { "image": "nginx:1.28" } });
+    apps.patch("web", &PatchParams::default(), &Patch::Merge(&image))
+        .await
+        .unwrap();
+    eventually(TIMEOUT, "the new image in the Deployment", || async {
+        let deployment = deployments.get("web").await.ok()?;
+        let image = deployment
+            .spec?
+            .template
+            .spec?
+            .containers
+            .first()?
+            .image
+            .clone()?;
+        (image == "nginx:1.28").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn autoscaling_hands_replicas_to_an_hpa_and_disabling_it_takes_them_back() {
+    let ns = TestNamespace::new("myapp-hpa").await;
+    let _operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let apps = ns.api::<MyApp>();
+    let deployments = ns.api::<Deployment>();
+    let hpas = ns.api::<HorizontalPodAutoscaler>();
+    let spec = json!({ "replicas": 1, "image": "nginx:1.27", "autoScaling": { "enabled": true, "minReplicas": 2, "maxReplicas": 5 } });
+    apps.create(&PostParams::default(), &my_app("web", spec))
+        .await
+        .unwrap();
+
+    let hpa = eventually(TIMEOUT, "the HPA", || async {
+        hpas.get_opt("web").await.ok().flatten()
+    })
+    .await;
+    let hpa_spec = hpa.spec.unwrap();
+    assert_eq!((hpa_spec.min_replicas, hpa_spec.max_replicas), (Some(2), 5));
+    assert_eq!(hpa_spec.scale_target_ref.name, "web");
+    // The HPA controller raises the Deployment to minReplicas; the operator never writes replicas
+    // (and never 0) while autoscaling is on.
+    deployment_replicas(&deployments, "web", 2).await;
+    let deployment = deployments.get("web").await.unwrap();
+    let ours = deployment
+        .managed_fields()
+        .iter()
+        .find(|f| f.manager.as_deref() == Some("app-operator"))
+        .unwrap();
+    let fields = serde_json::to_string(&ours.fields_v1).unwrap();
+    assert!(
+        !fields.contains("f:replicas"),
+        "app-operator must not own spec.replicas: {fields}"
+    );
+    wait_ready(&apps, "web", 2).await;
+
+    let off = json!({ "spec": { "autoScaling": { "enabled": false, "maxReplicas": 5 } } });
+    apps.patch("web", &PatchParams::default(), &Patch::Merge(&off))
+        .await
+        .unwrap();
+    eventually(TIMEOUT, "the HPA to be deleted", || async {
+        hpas.get_opt("web").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    deployment_replicas(&deployments, "web", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_on_the_deployment_and_the_service_is_reverted() {
+    let ns = TestNamespace::new("myapp-drift").await;
+    let _operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let apps = ns.api::<MyApp>();
+    let deployments = ns.api::<Deployment>();
+    let services = ns.api::<Service>();
+    apps.create(
+        &PostParams::default(),
+        &my_app("web", json!({ "replicas": 2, "image": "nginx:1.27" })),
+    )
+    .await
+    .unwrap();
+    wait_ready(&apps, "web", 2).await;
+
+    kubectl_ok(&["scale", "deployment/web", "--replicas=5", "-n", &ns.name]);
+    deployment_replicas(&deployments, "web", 2).await;
+
+    let port = json!({ "spec": { "ports": [{ "name": "http", "port": 9999, "targetPort": "http", "protocol": "TCP" }] } });
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&port))
+        .await
+        .unwrap();
+    eventually(TIMEOUT, "the Service port back at 8080", || async {
+        let ports = services.get("web").await.ok()?.spec?.ports?;
+        (ports.len() == 1 && ports[0].port == 8080).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unowned_deployment_of_the_same_name_is_left_alone_and_reported() {
+    let ns = TestNamespace::new("myapp-conflict").await;
+    let _operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let deployments = ns.api::<Deployment>();
+    let theirs: Deployment = object(json!({
+        "metadata": { "name": "web" },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "owner": "someone-else" } },
+            "template": { "metadata": { "labels": { "owner": "someone-else" } },
+                          "spec": { "containers": [{ "name": "c", "image": "busybox" }] } }
+        }
+    }));
+    let before = deployments
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let apps = ns.api::<MyApp>();
+    apps.create(
+        &PostParams::default(),
+        &my_app("web", json!({ "image": "nginx:1.27" })),
+    )
+    .await
+    .unwrap();
+
+    let degraded = eventually(TIMEOUT, "Degraded=True", || async {
+        let status = apps.get("web").await.ok()?.status?;
+        let c = status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == DEGRADED && c.status == "True")?;
+        Some(c)
+    })
+    .await;
+    assert_eq!(degraded.reason, "ChildConflict");
+    assert!(
+        degraded.message.contains("Deployment web"),
+        "{}",
+        degraded.message
+    );
+    let after = deployments.get("web").await.unwrap();
+    assert!(
+        after.owner_references().is_empty(),
+        "the Deployment was taken over"
+    );
+    assert_eq!(after.metadata.generation, before.metadata.generation);
+    let described = kubectl_ok(&["describe", "myapp", "web", "-n", &ns.name]);
+    assert!(
+        described.contains("ChildConflict"),
+        "no Warning event: {described}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_converged_myapp_causes_no_writes() {
+    let ns = TestNamespace::new("myapp-idle").await;
+    let operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let apps = ns.api::<MyApp>();
+    apps.create(
+        &PostParams::default(),
+        &my_app("web", json!({ "replicas": 2, "image": "nginx:1.27" })),
+    )
+    .await
+    .unwrap();
+    wait_ready(&apps, "web", 2).await;
+    // Let the last Deployment status updates settle before taking the baseline.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let versions = || async {
+        (
+            apps.get("web").await.unwrap().resource_version(),
+            ns.api::<Deployment>()
+                .get("web")
+                .await
+                .unwrap()
+                .resource_version(),
+            ns.api::<Service>()
+                .get("web")
+                .await
+                .unwrap()
+                .resource_version(),
+        )
+    };
+    let before = versions().await;
+    let deployment_before = ns.api::<Deployment>().get("web").await.unwrap();
+    let writes = || {
+        ["POST", "PUT", "PATCH", "DELETE"]
+            .map(|m| operator.metrics.api_requests(m))
+            .iter()
+            .sum::<u64>()
+    };
+    let (writes_before, reconciles_before) = (writes(), operator.metrics.reconciles("myapp"));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = versions().await;
+    let deployment_after = ns.api::<Deployment>().get("web").await.unwrap();
+    assert_eq!(
+        after,
+        before,
+        "(MyApp, Deployment, Service) resourceVersions changed while idle; Deployment before:\n{}\nafter:\n{}",
+        serde_json::to_string(&(
+            &deployment_before.metadata.managed_fields,
+            &deployment_before.status
+        ))
+        .unwrap(),
+        serde_json::to_string(&(
+            &deployment_after.metadata.managed_fields,
+            &deployment_after.status
+        ))
+        .unwrap(),
+    );
+    assert_eq!(writes(), writes_before, "the operator wrote while idle");
+    assert_eq!(
+        operator.metrics.reconciles("myapp"),
+        reconciles_before,
+        "the operator reconciled while idle"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_rejects_invalid_myapps_with_the_schemas_message() {
+    let ns = TestNamespace::new("myapp-invalid").await;
+    support::install_crds().await;
+    // Untyped: most of these do not even deserialize into the Rust type.
+    let resource = kube::core::ApiResource::erase::<MyApp>(&());
+    let apps: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
+    let cases = [
+        (json!({ "image": "nginx", "replicas": 0 }), "spec.replicas"),
+        (
+            json!({ "image": "nginx", "replicas": 101 }),
+            "spec.replicas",
+        ),
+        (json!({ "image": "nginx latest" }), "spec.image"),
+        (json!({ "image": "nginx", "port": 0 }), "spec.port"),
+        (json!({ "image": "nginx", "port": 70000 }), "spec.port"),
+        (
+            json!({ "image": "nginx", "serviceType": "Foo" }),
+            "spec.serviceType",
+        ),
+        (
+            json!({ "image": "nginx", "resources": { "limits": { "cpu": "abc" } } }),
+            "spec.resources.limits.cpu",
+        ),
+        (
+            json!({ "image": "nginx", "autoScaling": { "enabled": true, "minReplicas": 5, "maxReplicas": 2 } }),
+            "minReplicas must be less than or equal to maxReplicas",
+        ),
+        (
+            json!({ "image": "nginx", "env": [{ "name": "A", "value": "x", "valueFrom": { "configMapKeyRef": { "name": "c", "key": "k" } } }] }),
+            "exactly one of value or valueFrom must be set",
+        ),
+    ];
+    for (spec, expected) in cases {
+        let bad: kube::core::DynamicObject = object(my_app_json("bad", spec.clone()));
+        let error = rejection(apps.create(&PostParams::default(), &bad).await);
+        assert_eq!(error.code, 422, "{spec}: {error:?}");
+        assert!(
+            error.message.contains(expected),
+            "{spec}: {:?} does not mention {expected:?}",
+            error.message
+        );
+    }
+    // A digest and an underscore are valid images (the seed's pattern refused them).
+    let digest = "registry.example.com/team_a/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    ns.api::<MyApp>()
+        .create(
+            &PostParams::default(),
+            &my_app("digest", json!({ "image": digest })),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_myapp_garbage_collects_its_children_and_the_sample_applies() {
+    let ns = TestNamespace::new("myapp-delete").await;
+    let _operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let sample = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/samples/example_v1_myapp.yaml"
+    );
+    kubectl_ok(&["apply", "-n", &ns.name, "-f", sample]);
+    let apps = ns.api::<MyApp>();
+    let name = "myapp-sample";
+    let patch = json!({ "spec": { "autoScaling": { "enabled": true, "maxReplicas": 4 } } });
+    apps.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let hpas = ns.api::<HorizontalPodAutoscaler>();
+    eventually(TIMEOUT, "the HPA", || async {
+        hpas.get_opt(name).await.ok().flatten()
+    })
+    .await;
+
+    apps.delete(name, &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually(
+        TIMEOUT,
+        "the Deployment, Service and HPA to be garbage-collected",
+        || async {
+            let deployment = ns.api::<Deployment>().get_opt(name).await.ok()?;
+            let service = ns.api::<Service>().get_opt(name).await.ok()?;
+            let hpa = hpas.get_opt(name).await.ok()?;
+            (deployment.is_none() && service.is_none() && hpa.is_none()).then_some(())
+        },
+    )
+    .await;
+}

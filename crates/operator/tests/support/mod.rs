@@ -1,0 +1,114 @@
+//! Runs the operator's controllers in-process for one test, scoped to the test's namespace (so
+//! tests running in parallel never reconcile each other's objects).
+
+// Test code: a failed expectation is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use app_operator::manager::metrics::Metrics;
+use app_operator::manager::readiness::Readiness;
+use app_operator::manager::{ControllerKind, Options, counted_client, start_controllers};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::Status;
+use testkit::{TestNamespace, eventually};
+use tokio::sync::OnceCell;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The operator's controllers, running until dropped.
+pub struct Operator {
+    pub metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    _tasks: JoinSet<()>,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Installs the CRDs (once per test binary) and starts `controllers` watching `namespace` only;
+/// returns once their caches have synced.
+pub async fn start(namespace: &TestNamespace, controllers: &[ControllerKind]) -> Operator {
+    install_crds().await;
+    let metrics = Arc::new(Metrics::default());
+    let client = counted_client(testkit::config().await, &metrics).unwrap();
+    let options = Options {
+        namespace: Some(namespace.name.clone()),
+        controllers: controllers.to_vec(),
+        concurrency: 4,
+        metrics_address: None,
+        health_address: None,
+    };
+    let readiness = Readiness::default();
+    let shutdown = CancellationToken::new();
+    let tasks = start_controllers(client, &options, &readiness, &metrics, &shutdown);
+    eventually(TIMEOUT, "the controllers' caches to sync", || async {
+        readiness.not_ready().is_none().then_some(())
+    })
+    .await;
+    Operator {
+        metrics,
+        shutdown,
+        _tasks: tasks,
+    }
+}
+
+pub async fn install_crds() {
+    static INSTALLED: OnceCell<()> = OnceCell::const_new();
+    INSTALLED
+        .get_or_init(|| async {
+            let crds: Api<CustomResourceDefinition> = Api::all(testkit::client().await);
+            for crd in app_operator::api::crds() {
+                let name = crd.metadata.name.clone().unwrap();
+                crds.patch(
+                    &name,
+                    &PatchParams::apply("app-operator-tests").force(),
+                    &Patch::Apply(&crd),
+                )
+                .await
+                .unwrap();
+                eventually(TIMEOUT, "the CRD to be Established", || async {
+                    let crd = crds.get(&name).await.ok()?;
+                    let conditions = crd.status?.conditions?;
+                    conditions
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                        .then_some(())
+                })
+                .await;
+            }
+        })
+        .await;
+}
+
+/// The API server's rejection of a create: its status code and message.
+pub fn rejection<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Status {
+    match result {
+        Err(kube::Error::Api(status)) => *status,
+        other => panic!("expected the API server to reject the object, got {other:?}"),
+    }
+}
+
+/// The condition `type_` of a status's conditions, as (status, reason).
+pub fn condition(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<(String, String)> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
