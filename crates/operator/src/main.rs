@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use app_operator::manager::leader::LeaderElection;
 use app_operator::manager::{self, ControllerKind, Options};
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -55,6 +56,19 @@ struct RunArgs {
     /// How many objects of one kind may be reconciled at once.
     #[arg(long, env = "APP_OPERATOR_MAX_CONCURRENT_RECONCILES", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
     max_concurrent_reconciles: u16,
+    /// Run the controllers only while holding a leader Lease (for more than one replica).
+    #[arg(long, env = "APP_OPERATOR_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Name of the leader election Lease.
+    #[arg(
+        long,
+        env = "APP_OPERATOR_LEADER_ELECTION_ID",
+        default_value = "app-operator.example.com"
+    )]
+    leader_election_id: String,
+    /// Namespace of the leader election Lease (default: this Pod's namespace, else `default`).
+    #[arg(long, env = "APP_OPERATOR_LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
     /// Log format.
     #[arg(long, env = "APP_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -174,6 +188,13 @@ async fn run(args: RunArgs) -> Result<(), String> {
         concurrency: args.max_concurrent_reconciles,
         metrics_address: args.metrics_bind_address.0,
         health_address: args.health_probe_bind_address.0,
+        leader_election: args.leader_elect.then(|| {
+            let namespace = args
+                .leader_election_namespace
+                .clone()
+                .unwrap_or_else(own_namespace);
+            LeaderElection::new(args.leader_election_id.clone(), namespace, identity())
+        }),
     };
     tracing::info!(controllers = ?options.controllers, namespace = ?options.namespace, "starting manager");
     let shutdown = CancellationToken::new();
@@ -192,6 +213,31 @@ async fn run(args: RunArgs) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// The namespace this Pod runs in (from its service account), else `default`.
+fn own_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
+        })
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into())
+}
+
+/// A leader election identity unique to this process: host name (the Pod name in a cluster) and
+/// a random suffix, as client-go uses.
+fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{host}_{:08x}{:08x}", std::process::id(), nanos)
 }
 
 async fn wait_for_signal() {

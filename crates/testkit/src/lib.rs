@@ -54,6 +54,42 @@ pub async fn client_as(user: &str, groups: &[&str]) -> Client {
     Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A kubeconfig (written to `path`) that authenticates as the ServiceAccount `namespace/name`
+/// (created if missing) with a one-hour token: to run the operator under its real identity.
+pub async fn service_account_kubeconfig(namespace: &str, name: &str, path: &std::path::Path) {
+    let client = client().await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
+    let account: ServiceAccount = object(serde_json::json!({ "metadata": { "name": name } }));
+    match accounts.create(&PostParams::default(), &account).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("creating ServiceAccount {namespace}/{name}: {error}"),
+    }
+    let request = serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": { "expirationSeconds": 3600 }
+    });
+    let response: k8s_openapi::api::authentication::v1::TokenRequest = accounts
+        .create_subresource("token", name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("requesting a token for {namespace}/{name}: {e}"));
+    let token = response.status.map(|s| s.token).unwrap_or_default();
+    let admin = kube::config::Kubeconfig::read_from(kubeconfig()).unwrap_or_else(|e| panic!("{e}"));
+    let cluster = admin
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.clone())
+        .unwrap_or_else(|| panic!("no cluster in the kubeconfig"));
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+         users:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: {name}\n\
+         current-context: c\n",
+        cluster.server.unwrap_or_default(),
+        cluster.certificate_authority_data.unwrap_or_default(),
+    );
+    std::fs::write(path, kubeconfig).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+}
+
 /// The pinned upstream binaries (built on first use, cached afterwards).
 pub fn tools() -> &'static Tools {
     static TOOLS: OnceLock<Tools> = OnceLock::new();

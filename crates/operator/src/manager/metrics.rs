@@ -23,6 +23,11 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub method: &'static str,
 }
@@ -43,6 +48,7 @@ pub struct Metrics {
     max_concurrent_reconciles: Family<ControllerLabels, Gauge>,
     active_workers: Family<ControllerLabels, Gauge>,
     rest_client_requests_total: Family<RequestLabels, Counter>,
+    leader_election_master_status: Family<LeaseLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -58,6 +64,13 @@ impl Default for Metrics {
         let max_concurrent_reconciles = Family::<ControllerLabels, Gauge>::default();
         let active_workers = Family::<ControllerLabels, Gauge>::default();
         let rest_client_requests_total = Family::<RequestLabels, Counter>::default();
+        let leader_election_master_status = Family::<LeaseLabels, Gauge>::default();
+        registry.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
+            leader_election_master_status.clone(),
+        );
+        registry.register_collector(Box::new(super::process::ProcessCollector));
         registry.register(
             "rest_client_requests",
             "Number of HTTP requests to the API server, by method",
@@ -103,6 +116,7 @@ impl Default for Metrics {
             max_concurrent_reconciles,
             active_workers,
             rest_client_requests_total,
+            leader_election_master_status,
         }
     }
 }
@@ -163,6 +177,15 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    pub fn set_leader(&self, lease: &str, leading: bool) {
+        let labels = LeaseLabels {
+            name: lease.to_owned(),
+        };
+        self.leader_election_master_status
+            .get_or_create(&labels)
+            .set(i64::from(leading));
     }
 
     /// Counts one request to the API server (watches included, once per connection).

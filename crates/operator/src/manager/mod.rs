@@ -1,7 +1,9 @@
 //! The process around the controllers: which ones run, where, with what concurrency; the health
 //! and metrics endpoints; shutdown.
 
+pub mod leader;
 pub mod metrics;
+mod process;
 pub mod readiness;
 mod server;
 
@@ -10,6 +12,7 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 use kube::Client;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +43,8 @@ pub struct Options {
     pub concurrency: u16,
     pub metrics_address: Option<SocketAddr>,
     pub health_address: Option<SocketAddr>,
+    /// Run the controllers only while holding this lease.
+    pub leader_election: Option<leader::LeaderElection>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +61,8 @@ pub enum Error {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error("leader election lost")]
+    LeadershipLost,
 }
 
 /// A client whose every request is counted in `rest_client_requests_total`.
@@ -100,8 +107,10 @@ pub fn start_controllers(
     tasks
 }
 
-/// Runs the manager until `shutdown` is cancelled: probes and metrics endpoints, then the
-/// controllers; returns once every controller has stopped.
+/// Runs the manager until `shutdown` is cancelled: probes and metrics endpoints, the leader
+/// election if asked, then the controllers. On shutdown the controllers finish their in-flight
+/// reconciles before the lease is released. Losing the lease stops the controllers at once and
+/// returns [`Error::LeadershipLost`] (the process should exit, as controller-runtime's does).
 pub async fn run(
     config: kube::Config,
     options: Options,
@@ -127,13 +136,55 @@ pub async fn run(
             shutdown.clone(),
         ));
     }
-    let mut controllers = start_controllers(client, &options, &readiness, &metrics, &shutdown);
-    while controllers.join_next().await.is_some() {}
+
+    let (leading_tx, mut leading) = watch::channel(options.leader_election.is_none());
+    let release = CancellationToken::new();
+    let mut election = None;
+    if let Some(config) = options.leader_election.clone() {
+        metrics.set_leader(&config.lease_name, false);
+        readiness.set_standby(true);
+        tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "attempting to acquire leader lease");
+        election = Some((
+            config.lease_name.clone(),
+            tokio::spawn(leader::run(
+                client.clone(),
+                config,
+                leading_tx,
+                release.clone(),
+            )),
+        ));
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            _ = leading.wait_for(|leading| *leading) => {}
+        }
+    }
+
+    let result = if *leading.borrow() && !shutdown.is_cancelled() {
+        if let Some((lease, _)) = &election {
+            metrics.set_leader(lease, true);
+        }
+        readiness.set_standby(false);
+        let mut controllers = start_controllers(client, &options, &readiness, &metrics, &shutdown);
+        tokio::select! {
+            () = async { while controllers.join_next().await.is_some() {} } => Ok(()),
+            _ = leading.wait_for(|leading| !*leading) => {
+                controllers.abort_all();
+                Err(Error::LeadershipLost)
+            }
+        }
+    } else {
+        Ok(())
+    };
+    release.cancel();
+    if let Some((lease, task)) = election {
+        let _ = task.await;
+        metrics.set_leader(&lease, false);
+    }
     shutdown.cancel();
-    while let Some(result) = servers.join_next().await {
-        if let Ok(Err(error)) = result {
+    while let Some(joined) = servers.join_next().await {
+        if let Ok(Err(error)) = joined {
             tracing::error!(%error, "server failed");
         }
     }
-    Ok(())
+    result
 }

@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Default)]
 pub struct Readiness {
     caches: Arc<Mutex<BTreeMap<(&'static str, String), bool>>>,
+    /// A standby (not leading) is ready: healthy and waiting, with no caches to sync.
+    standby: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Marks one cache of one controller as synced.
@@ -41,9 +43,17 @@ impl Readiness {
         caches.insert(key, synced);
     }
 
+    pub fn set_standby(&self, standby: bool) {
+        self.standby
+            .store(standby, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// The `controller/cache` pairs not synced yet (`None`: ready). Before any cache is registered
     /// the process is not ready either.
     pub fn not_ready(&self) -> Option<Vec<String>> {
+        if self.standby.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
         let caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
         if caches.is_empty() {
             return Some(vec!["no controller started yet".into()]);

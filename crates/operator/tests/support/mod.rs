@@ -51,6 +51,7 @@ pub async fn start(namespace: &TestNamespace, controllers: &[ControllerKind]) ->
         concurrency: 4,
         metrics_address: None,
         health_address: None,
+        leader_election: None,
     };
     let readiness = Readiness::default();
     let shutdown = CancellationToken::new();

@@ -1,0 +1,71 @@
+//! Process metrics under the Prometheus client libraries' standard names, read from `/proc` at
+//! each scrape: resident memory, CPU seconds, open file descriptors.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+/// Linux reports CPU times in `/proc/<pid>/stat` in USER_HZ, which the kernel ABI fixes at 100.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+#[derive(Debug)]
+pub struct ProcessCollector;
+
+/// `VmRSS` from `/proc/self/status`, in bytes.
+fn resident_memory_bytes() -> Option<i64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: i64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// User + system CPU time from `/proc/self/stat`, in seconds.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name (which may contain spaces): utime is the 14th
+    // field overall, the 12th after ")".
+    let after_name = stat.rsplit_once(')')?.1;
+    let mut fields = after_name.split_whitespace().skip(11);
+    let user: f64 = fields.next()?.parse().ok()?;
+    let system: f64 = fields.next()?.parse().ok()?;
+    Some((user + system) / TICKS_PER_SECOND)
+}
+
+fn open_fds() -> Option<i64> {
+    let count = std::fs::read_dir("/proc/self/fd").ok()?.count();
+    i64::try_from(count).ok()
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if let Some(bytes) = resident_memory_bytes() {
+            let gauge = ConstGauge::new(bytes);
+            gauge.encode(encoder.encode_descriptor(
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                None,
+                gauge.metric_type(),
+            )?)?;
+        }
+        if let Some(seconds) = cpu_seconds() {
+            let counter = ConstCounter::new(seconds);
+            counter.encode(encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        if let Some(fds) = open_fds() {
+            let gauge = ConstGauge::new(fds);
+            gauge.encode(encoder.encode_descriptor(
+                "process_open_fds",
+                "Number of open file descriptors.",
+                None,
+                gauge.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,437 @@
+//! The `app-operator` process as users run it: probes, metrics, scope flags, leader election,
+//! signals, and clear errors.
+
+// Test code: a failed expectation is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use app_operator::api::{AppCluster, MyApp};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::json;
+use support::TIMEOUT;
+use testkit::{TestNamespace, eventually, kubectl_ok, object};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `app-operator run`, killed when dropped.
+struct OperatorProcess {
+    child: Child,
+    health: u16,
+    metrics: u16,
+    log: PathBuf,
+}
+
+impl OperatorProcess {
+    fn spawn(kubeconfig: &Path, args: &[&str]) -> OperatorProcess {
+        let (health, metrics) = (free_port(), free_port());
+        let dir = std::env::temp_dir().join("app-operator-tests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("operator-{health}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_app-operator"))
+            .arg("run")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+            .arg("--log-format=json")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        OperatorProcess {
+            child,
+            health,
+            metrics,
+            log,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The value of the metric line starting with `series` (name and labels), if present.
+    async fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = get(self.metrics, "/metrics").await?;
+        body.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.0 GET on localhost: (status code, body).
+async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+fn my_app(name: &str) -> MyApp {
+    object(
+        json!({ "apiVersion": "example.com/v1", "kind": "MyApp", "metadata": { "name": name }, "spec": { "image": "nginx:1.27" } }),
+    )
+}
+
+async fn reconciled(ns: &TestNamespace, name: &str, within: Duration) {
+    let apps = ns.api::<MyApp>();
+    eventually(
+        within,
+        &format!("MyApp {name} to be reconciled"),
+        || async { apps.get(name).await.ok()?.status },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_metrics_and_scope_flags_of_a_process_running_as_a_service_account() {
+    let ns = TestNamespace::new("process-scope").await;
+    let other = TestNamespace::new("process-other").await;
+    support::install_crds().await;
+    let kubeconfig = std::env::temp_dir().join(format!("{}.kubeconfig", ns.name));
+    testkit::service_account_kubeconfig(&ns.name, "app-operator", &kubeconfig).await;
+    let operator = OperatorProcess::spawn(
+        &kubeconfig,
+        &[
+            "--controllers=myapp",
+            &format!("--watch-namespace={}", ns.name),
+        ],
+    );
+
+    // Alive at once; not ready while the identity may not even list MyApps (caches cannot sync).
+    eventually(TIMEOUT, "/healthz 200", || async {
+        (get(operator.health, "/healthz").await?.0 == 200).then_some(())
+    })
+    .await;
+    let (code, body) = get(operator.health, "/readyz").await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("myapp/MyApp"), "{body}");
+
+    // Granted its ClusterRole, it syncs and becomes ready.
+    let role = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/rbac/role.yaml");
+    kubectl_ok(&["apply", "-f", role]);
+    let binding = format!("app-operator-test-{}", ns.name);
+    let subject = format!("--serviceaccount={}:app-operator", ns.name);
+    kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &binding,
+        "--clusterrole=manager-role",
+        &subject,
+    ]);
+    eventually(
+        Duration::from_secs(90),
+        "/readyz 200 once permitted",
+        || async { (get(operator.health, "/readyz").await?.0 == 200).then_some(()) },
+    )
+    .await;
+
+    // --watch-namespace: its namespace only. --controllers=myapp: AppClusters are not touched.
+    ns.api::<MyApp>()
+        .create(&PostParams::default(), &my_app("mine"))
+        .await
+        .unwrap();
+    other
+        .api::<MyApp>()
+        .create(&PostParams::default(), &my_app("not-mine"))
+        .await
+        .unwrap();
+    let cluster: AppCluster = object(
+        json!({ "apiVersion": "demo.demo.io/v1", "kind": "AppCluster", "metadata": { "name": "c" }, "spec": { "size": 1 } }),
+    );
+    ns.api::<AppCluster>()
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    reconciled(&ns, "mine", TIMEOUT).await;
+    assert!(
+        ns.api::<Deployment>()
+            .get_opt("mine")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        other
+            .api::<MyApp>()
+            .get("not-mine")
+            .await
+            .unwrap()
+            .status
+            .is_none(),
+        "reconciled outside --watch-namespace"
+    );
+    assert!(
+        other
+            .api::<Deployment>()
+            .get_opt("not-mine")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        ns.api::<AppCluster>()
+            .get("c")
+            .await
+            .unwrap()
+            .status
+            .is_none(),
+        "AppCluster reconciled with --controllers=myapp"
+    );
+    assert!(
+        ns.api::<Pod>()
+            .list(&ListParams::default().labels("app=c"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // /metrics: Prometheus text with controller-runtime's names, counting what happened.
+    let (code, text) = get(operator.metrics, "/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let value = line.rsplit(' ').next().unwrap();
+        assert!(
+            value.parse::<f64>().is_ok(),
+            "not Prometheus text: {line:?}"
+        );
+    }
+    for name in [
+        "controller_runtime_reconcile_time_seconds_bucket",
+        "controller_runtime_max_concurrent_reconciles",
+        "controller_runtime_active_workers",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "rest_client_requests_total",
+    ] {
+        assert!(text.contains(name), "/metrics lacks {name}");
+    }
+    let success = r#"controller_runtime_reconcile_total{controller="myapp",result="success"}"#;
+    let before = operator.metric(success).await.unwrap();
+    assert!(before >= 1.0);
+    ns.api::<MyApp>()
+        .create(&PostParams::default(), &my_app("second"))
+        .await
+        .unwrap();
+    reconciled(&ns, "second", TIMEOUT).await;
+    assert!(
+        operator.metric(success).await.unwrap() > before,
+        "reconcile_total did not rise"
+    );
+    assert!(
+        operator.log().contains("\"controller\":\"myapp\""),
+        "no JSON log lines with the controller"
+    );
+
+    kubectl_ok(&["delete", "clusterrolebinding", &binding]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_reconciles_and_a_standby_takes_over_on_kill_and_on_sigterm() {
+    let ns = TestNamespace::new("process-leader").await;
+    support::install_crds().await;
+    let kubeconfig = testkit::kubeconfig();
+    let args = [
+        "--leader-elect",
+        &format!("--leader-election-namespace={}", ns.name),
+        &format!("--watch-namespace={}", ns.name),
+        "--controllers=myapp",
+    ];
+    let mut first = Some(OperatorProcess::spawn(&kubeconfig, &args));
+    let mut second = Some(OperatorProcess::spawn(&kubeconfig, &args));
+    let leases = ns.api::<Lease>();
+    let holder = || async {
+        let lease = leases.get_opt("app-operator.example.com").await.ok()??;
+        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    };
+    let holds = |identity: &str, process: &OperatorProcess| {
+        identity.contains(&format!("_{:08x}", process.pid()))
+    };
+
+    let leader_identity = eventually(TIMEOUT, "a lease holder", holder).await;
+    let first_leads = holds(&leader_identity, first.as_ref().unwrap());
+    let (leader, standby) = if first_leads {
+        (first.take().unwrap(), second.take().unwrap())
+    } else {
+        (second.take().unwrap(), first.take().unwrap())
+    };
+    assert!(
+        holds(&leader_identity, &leader),
+        "the holder {leader_identity} is neither process"
+    );
+
+    // Only the leader reconciles.
+    ns.api::<MyApp>()
+        .create(&PostParams::default(), &my_app("one"))
+        .await
+        .unwrap();
+    reconciled(&ns, "one", TIMEOUT).await;
+    let total = r#"controller_runtime_reconcile_total{controller="myapp",result="success"}"#;
+    let master = r#"leader_election_master_status{name="app-operator.example.com"}"#;
+    assert!(leader.metric(total).await.unwrap_or(0.0) >= 1.0);
+    assert_eq!(
+        standby.metric(total).await.unwrap_or(0.0),
+        0.0,
+        "the standby reconciled"
+    );
+    assert_eq!(
+        (leader.metric(master).await, standby.metric(master).await),
+        (Some(1.0), Some(0.0))
+    );
+    assert_eq!(
+        get(standby.health, "/readyz").await.map(|r| r.0),
+        Some(200),
+        "a standby is ready"
+    );
+
+    // kill -9 of the leader: the standby reconciles a new MyApp within 20 s.
+    kill(
+        Pid::from_raw(i32::try_from(leader.pid()).unwrap()),
+        Signal::SIGKILL,
+    )
+    .unwrap();
+    drop(leader);
+    ns.api::<MyApp>()
+        .create(&PostParams::default(), &my_app("two"))
+        .await
+        .unwrap();
+    reconciled(&ns, "two", Duration::from_secs(20)).await;
+    assert!(holds(&holder().await.unwrap(), &standby));
+
+    // SIGTERM of the (new) leader: it releases the lease and exits 0; a third takes over in 5 s.
+    let third = OperatorProcess::spawn(&kubeconfig, &args);
+    eventually(TIMEOUT, "the third process to be ready", || async {
+        (get(third.health, "/readyz").await?.0 == 200).then_some(())
+    })
+    .await;
+    let mut leader = standby;
+    kill(
+        Pid::from_raw(i32::try_from(leader.pid()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let terminated = Instant::now();
+    let third_leads = eventually(
+        Duration::from_secs(5),
+        "the third process to hold the lease",
+        || async { holder().await.filter(|h| holds(h, &third)) },
+    )
+    .await;
+    assert!(!third_leads.is_empty());
+    let status = leader.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "SIGTERM exit: {status}; log:\n{}",
+        leader.log()
+    );
+    assert!(terminated.elapsed() < Duration::from_secs(10));
+    ns.api::<MyApp>()
+        .create(&PostParams::default(), &my_app("three"))
+        .await
+        .unwrap();
+    reconciled(&ns, "three", TIMEOUT).await;
+    ns.api::<MyApp>()
+        .delete("three", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[test]
+fn an_unreachable_api_server_and_an_unknown_flag_fail_with_one_clear_line() {
+    let dir = std::env::temp_dir().join("app-operator-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let unreachable = dir.join("unreachable.kubeconfig");
+    std::fs::write(
+        &unreachable,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_app-operator"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+
+    let output = run(&[
+        "run",
+        &format!("--kubeconfig={}", unreachable.display()),
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=0",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains("cannot reach the Kubernetes API server at https://127.0.0.1:1"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+
+    let output = run(&["run", "--no-such-flag"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .starts_with("error: unexpected argument '--no-such-flag'"),
+        "{stderr}"
+    );
+}
