@@ -24,6 +24,12 @@ install: ## Install the CRDs into the cluster of $$KUBECONFIG (default: the loca
 uninstall: ## Remove the CRDs from that cluster
 	$(CARGO) xtask uninstall
 
+deploy: ## Deploy the operator to the cluster of $$KUBECONFIG (kubectl apply -k config/default)
+	$(CARGO) xtask kubectl apply -k config/default
+
+undeploy: ## Remove the deployed operator (and its CRDs) from that cluster
+	$(CARGO) xtask kubectl delete --ignore-not-found -k config/default
+
 cluster-up: ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)
 	$(CARGO) xtask cluster-up
 
@@ -33,4 +39,4 @@ cluster-down: ## Stop every process of the local control plane and remove its st
 tools: ## Build (or find cached) the pinned upstream binaries
 	$(CARGO) xtask tools
 
-.PHONY: help run test lint manifests install uninstall cluster-up cluster-down tools
+.PHONY: help run test lint manifests install uninstall deploy undeploy cluster-up cluster-down tools

@@ -40,7 +40,7 @@ enum Task {
     Uninstall,
     /// Local control plane up (if none), CRDs installed, the operator in the foreground, samples applied.
     Run,
-    /// Run `kubectl` (the pinned one) against the local control plane.
+    /// Run `kubectl` (the pinned one) against $KUBECONFIG, else the local control plane.
     Kubectl {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,

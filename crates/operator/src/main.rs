@@ -44,6 +44,13 @@ struct RunArgs {
     /// Address of the metrics endpoint (`:8080`, `127.0.0.1:8080`); `0` disables it.
     #[arg(long, env = "APP_OPERATOR_METRICS_BIND_ADDRESS", default_value = ":8080", value_parser = parse_address)]
     metrics_bind_address: Address,
+    /// Serve /metrics over HTTPS, only to callers whose token passes a TokenReview and who may
+    /// `get` the `/metrics` URL (SubjectAccessReview).
+    #[arg(long, env = "APP_OPERATOR_METRICS_SECURE")]
+    metrics_secure: bool,
+    /// Directory with `tls.crt` and `tls.key` for --metrics-secure (self-signed when unset).
+    #[arg(long, env = "APP_OPERATOR_METRICS_CERT_DIR")]
+    metrics_cert_dir: Option<PathBuf>,
     /// Address of the /healthz and /readyz endpoints; `0` disables them.
     #[arg(long, env = "APP_OPERATOR_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = parse_address)]
     health_probe_bind_address: Address,
@@ -188,6 +195,8 @@ async fn run(args: RunArgs) -> Result<(), String> {
         concurrency: args.max_concurrent_reconciles,
         metrics_address: args.metrics_bind_address.0,
         health_address: args.health_probe_bind_address.0,
+        metrics_secure: args.metrics_secure,
+        metrics_cert_dir: args.metrics_cert_dir.clone(),
         leader_election: args.leader_elect.then(|| {
             let namespace = args
                 .leader_election_namespace

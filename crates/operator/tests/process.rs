@@ -435,3 +435,277 @@ fn an_unreachable_api_server_and_an_unknown_flag_fail_with_one_clear_line() {
         "{stderr}"
     );
 }
+
+/// GET `/metrics` over TLS (trusting `ca_pem`), with an optional bearer token: the status code.
+async fn get_secure(port: u16, ca_pem: &str, token: Option<&str>) -> u16 {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls_pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut tls = connector
+        .connect(
+            rustls_pki_types::ServerName::try_from("localhost").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    tls.write_all(format!("GET /metrics HTTP/1.0\r\nHost: localhost\r\n{auth}\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response);
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    if code == 200 {
+        assert!(
+            response.contains("controller_runtime_max_concurrent_reconciles"),
+            "200 without the metrics: {response}"
+        );
+    }
+    code
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_metrics_admit_only_authorized_tokens() {
+    let ns = TestNamespace::new("process-secure").await;
+    support::install_crds().await;
+    // A serving certificate for localhost, signed by a CA the client trusts.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("{}-certs", ns.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+
+    let operator = OperatorProcess::spawn(
+        &testkit::kubeconfig(),
+        &[
+            "--metrics-secure",
+            &format!("--metrics-cert-dir={}", dir.display()),
+            &format!("--watch-namespace={}", ns.name),
+        ],
+    );
+    eventually(TIMEOUT, "/readyz 200", || async {
+        (get(operator.health, "/readyz").await?.0 == 200).then_some(())
+    })
+    .await;
+
+    let reader_role = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/rbac/metrics_reader_role.yaml"
+    );
+    kubectl_ok(&["apply", "-f", reader_role]);
+    let binding = format!("metrics-reader-{}", ns.name);
+    kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &binding,
+        "--clusterrole=metrics-reader",
+        &format!("--serviceaccount={}:reader", ns.name),
+    ]);
+    let reader = testkit::service_account_token(&ns.name, "reader").await;
+    let nobody = testkit::service_account_token(&ns.name, "nobody").await;
+
+    let ca = ca_cert.pem();
+    assert_eq!(get_secure(operator.metrics, &ca, None).await, 401);
+    assert_eq!(
+        get_secure(operator.metrics, &ca, Some("not-a-token")).await,
+        401
+    );
+    assert_eq!(get_secure(operator.metrics, &ca, Some(&nobody)).await, 403);
+    assert_eq!(get_secure(operator.metrics, &ca, Some(&reader)).await, 200);
+    kubectl_ok(&["delete", "clusterrolebinding", &binding]);
+}
+
+/// A client authenticated by a ServiceAccount token.
+async fn client_with_token(token: &str) -> kube::Client {
+    let mut config = testkit::config().await;
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.to_owned().into()),
+        ..Default::default()
+    };
+    kube::Client::try_from(config).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
+    let ns = TestNamespace::new("process-rbac").await;
+    support::install_crds().await;
+    let kubeconfig = std::env::temp_dir().join(format!("{}.kubeconfig", ns.name));
+    testkit::service_account_kubeconfig(&ns.name, "app-operator", &kubeconfig).await;
+    let role = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/rbac/role.yaml");
+    let role_text = std::fs::read_to_string(role).unwrap();
+    assert!(!role_text.contains('*'), "the ClusterRole has a wildcard");
+    assert!(
+        !role_text.contains("secrets"),
+        "the ClusterRole grants Secrets"
+    );
+    kubectl_ok(&["apply", "-f", role]);
+    let binding = format!("app-operator-rbac-{}", ns.name);
+    kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &binding,
+        "--clusterrole=manager-role",
+        &format!("--serviceaccount={}:app-operator", ns.name),
+    ]);
+    let operator =
+        OperatorProcess::spawn(&kubeconfig, &[&format!("--watch-namespace={}", ns.name)]);
+    eventually(Duration::from_secs(90), "/readyz 200", || async {
+        (get(operator.health, "/readyz").await?.0 == 200).then_some(())
+    })
+    .await;
+
+    // MyApp: children applied, status written, events published.
+    ns.api::<MyApp>()
+        .create(&PostParams::default(), &my_app("web"))
+        .await
+        .unwrap();
+    eventually(TIMEOUT, "MyApp web Ready", || async {
+        let status = ns.api::<MyApp>().get("web").await.ok()?.status?;
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    // AppCluster: Pods created, status written.
+    let cluster: AppCluster = object(
+        json!({ "apiVersion": "demo.demo.io/v1", "kind": "AppCluster", "metadata": { "name": "c" }, "spec": { "size": 2 } }),
+    );
+    ns.api::<AppCluster>()
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    eventually(TIMEOUT, "AppCluster c ready 2", || async {
+        (ns.api::<AppCluster>().get("c").await.ok()?.status?.ready == 2).then_some(())
+    })
+    .await;
+    // Sample: an event recorded.
+    let sample = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/samples/example_v1alpha1_sample.yaml"
+    );
+    kubectl_ok(&["apply", "-n", &ns.name, "-f", sample]);
+    let events = ns.api::<k8s_openapi::api::events::v1::Event>();
+    eventually(TIMEOUT, "the Sample's event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Observed"))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !operator.log().contains("Forbidden"),
+        "a request was forbidden:\n{}",
+        operator.log()
+    );
+
+    // And no more: no Secrets, no deleting Namespaces, no RBAC objects.
+    let identity =
+        client_with_token(&testkit::service_account_token(&ns.name, "app-operator").await).await;
+    let forbidden = |result: Result<(), kube::Error>| match result {
+        Err(kube::Error::Api(status)) => status.code == 403,
+        _ => false,
+    };
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(identity.clone(), &ns.name);
+    assert!(
+        forbidden(secrets.list(&ListParams::default()).await.map(|_| ())),
+        "may read Secrets"
+    );
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(identity.clone());
+    assert!(
+        forbidden(
+            namespaces
+                .delete(&ns.name, &DeleteParams::default())
+                .await
+                .map(|_| ())
+        ),
+        "may delete Namespaces"
+    );
+    let roles: kube::Api<k8s_openapi::api::rbac::v1::ClusterRole> =
+        kube::Api::all(identity.clone());
+    assert!(
+        forbidden(roles.list(&ListParams::default()).await.map(|_| ())),
+        "may read RBAC objects"
+    );
+    let bindings: kube::Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+        kube::Api::namespaced(identity, &ns.name);
+    let escalate: k8s_openapi::api::rbac::v1::RoleBinding = object(json!({
+        "metadata": { "name": "escalate" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin" },
+        "subjects": [{ "kind": "ServiceAccount", "name": "app-operator", "namespace": ns.name }]
+    }));
+    assert!(
+        forbidden(
+            bindings
+                .create(&PostParams::default(), &escalate)
+                .await
+                .map(|_| ())
+        ),
+        "may create RoleBindings"
+    );
+    kubectl_ok(&["delete", "clusterrolebinding", &binding]);
+}
+
+#[test]
+fn the_kustomize_deployment_passes_a_server_side_dry_run() {
+    let namespace = testkit::kubectl(&["get", "namespace", "app-operator-system"]);
+    if !namespace.status.success() {
+        kubectl_ok(&["create", "namespace", "app-operator-system"]);
+    }
+    let default = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/default");
+    let output = kubectl_ok(&["apply", "-k", default, "--dry-run=server"]);
+    for object in [
+        "deployment.apps/app-operator-controller-manager",
+        "clusterrole.rbac.authorization.k8s.io/app-operator-manager-role",
+        "serviceaccount/app-operator-controller-manager",
+    ] {
+        assert!(output.contains(object), "{object} missing from:\n{output}");
+    }
+    let rendered = kubectl_ok(&["kustomize", default]);
+    for posture in [
+        "runAsNonRoot: true",
+        "readOnlyRootFilesystem: true",
+        "allowPrivilegeEscalation: false",
+        "type: RuntimeDefault",
+        "- ALL",
+        "--leader-elect",
+        "--metrics-secure",
+        "terminationGracePeriodSeconds: 10",
+        "podAntiAffinity",
+    ] {
+        assert!(rendered.contains(posture), "config/default lacks {posture}");
+    }
+}

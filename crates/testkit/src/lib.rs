@@ -54,11 +54,9 @@ pub async fn client_as(user: &str, groups: &[&str]) -> Client {
     Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A kubeconfig (written to `path`) that authenticates as the ServiceAccount `namespace/name`
-/// (created if missing) with a one-hour token: to run the operator under its real identity.
-pub async fn service_account_kubeconfig(namespace: &str, name: &str, path: &std::path::Path) {
-    let client = client().await;
-    let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
+/// A one-hour token of the ServiceAccount `namespace/name` (created if missing).
+pub async fn service_account_token(namespace: &str, name: &str) -> String {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client().await, namespace);
     let account: ServiceAccount = object(serde_json::json!({ "metadata": { "name": name } }));
     match accounts.create(&PostParams::default(), &account).await {
         Ok(_) => {}
@@ -73,7 +71,13 @@ pub async fn service_account_kubeconfig(namespace: &str, name: &str, path: &std:
         .create_subresource("token", name, &PostParams::default(), &request)
         .await
         .unwrap_or_else(|e| panic!("requesting a token for {namespace}/{name}: {e}"));
-    let token = response.status.map(|s| s.token).unwrap_or_default();
+    response.status.map(|s| s.token).unwrap_or_default()
+}
+
+/// A kubeconfig (written to `path`) that authenticates as the ServiceAccount `namespace/name`:
+/// to run the operator under its real identity.
+pub async fn service_account_kubeconfig(namespace: &str, name: &str, path: &std::path::Path) {
+    let token = service_account_token(namespace, name).await;
     let admin = kube::config::Kubeconfig::read_from(kubeconfig()).unwrap_or_else(|e| panic!("{e}"));
     let cluster = admin
         .clusters

@@ -143,6 +143,31 @@ where
     store.get(&ObjectRef::new(name).within(namespace))
 }
 
+/// The span every log line of one reconcile carries: controller, object and a reconcile id
+/// (controller-runtime's `reconcileID`), so one pass can be followed through the logs.
+pub fn reconcile_span(controller: &'static str, object: &impl Resource) -> tracing::Span {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let sequence = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = std::process::id();
+    tracing::info_span!(
+        "reconcile",
+        controller,
+        namespace = object.namespace().unwrap_or_default(),
+        name = object.name_any(),
+        reconcile_id = format!("{seed:08x}-{sequence:012x}"),
+    )
+}
+
+/// Logs controller-runtime's start-up lines for `controller`.
+pub fn log_start(controller: &'static str, settings: &Settings) {
+    tracing::info!(controller, "Starting Controller");
+    tracing::info!(
+        controller,
+        worker_count = settings.concurrency,
+        "Starting workers"
+    );
+}
+
 /// `namespace/name`, the key for logs and backoff.
 pub fn key(object: &impl Resource) -> String {
     format!(

@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use app_operator_api::Sample;
 use kube::ResourceExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::EventType;
 
-use super::{Common, Settings, drain, primary_cache, publish};
+use super::{Common, Settings, drain, log_start, primary_cache, publish, reconcile_span};
 use crate::reconcile::Error;
 
 pub const NAME: &str = "sample";
@@ -20,12 +22,17 @@ pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send +
         .with_config(controller::Config::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown);
     let common = Arc::new(Common::new(NAME, &settings));
-    tracing::info!(controller = NAME, "Starting Controller");
+    log_start(NAME, &settings);
     drain(controller.run(reconcile, error_policy, common)).await;
     tracing::info!(controller = NAME, "Stopped Controller");
 }
 
 async fn reconcile(sample: Arc<Sample>, common: Arc<Common>) -> Result<Action, Error> {
+    let span = reconcile_span(NAME, sample.as_ref());
+    reconcile_object(sample, common).instrument(span).await
+}
+
+async fn reconcile_object(sample: Arc<Sample>, common: Arc<Common>) -> Result<Action, Error> {
     let _timer = common.metrics.reconcile_started(NAME);
     let test_string = sample.spec.test_string.as_deref().unwrap_or_default();
     tracing::info!(

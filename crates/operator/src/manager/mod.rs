@@ -5,6 +5,7 @@ pub mod leader;
 pub mod metrics;
 mod process;
 pub mod readiness;
+mod secure;
 mod server;
 
 use std::net::SocketAddr;
@@ -43,6 +44,10 @@ pub struct Options {
     pub concurrency: u16,
     pub metrics_address: Option<SocketAddr>,
     pub health_address: Option<SocketAddr>,
+    /// Serve metrics over HTTPS to authenticated, authorized callers only.
+    pub metrics_secure: bool,
+    /// `tls.crt` and `tls.key` for the secure metrics server (self-signed when unset).
+    pub metrics_cert_dir: Option<std::path::PathBuf>,
     /// Run the controllers only while holding this lease.
     pub leader_election: Option<leader::LeaderElection>,
 }
@@ -61,6 +66,8 @@ pub enum Error {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error("metrics TLS: {0}")]
+    Tls(#[from] secure::TlsError),
     #[error("leader election lost")]
     LeadershipLost,
 }
@@ -130,11 +137,18 @@ pub async fn run(
     }
     if let Some(address) = options.metrics_address {
         let listener = server::bind(address).await?;
-        servers.spawn(server::serve(
-            listener,
-            server::metrics_routes(metrics.clone()),
-            shutdown.clone(),
-        ));
+        let routes = server::metrics_routes(metrics.clone());
+        if options.metrics_secure {
+            let tls = secure::tls_config(options.metrics_cert_dir.as_deref())?;
+            let routes = secure::authorized(routes, client.clone());
+            let stop = shutdown.clone();
+            servers.spawn(async move {
+                secure::serve_tls(listener, routes, tls, stop).await;
+                Ok(())
+            });
+        } else {
+            servers.spawn(server::serve(listener, routes, shutdown.clone()));
+        }
     }
 
     let (leading_tx, mut leading) = watch::channel(options.leader_election.is_none());

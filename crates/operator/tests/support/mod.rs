@@ -51,6 +51,8 @@ pub async fn start(namespace: &TestNamespace, controllers: &[ControllerKind]) ->
         concurrency: 4,
         metrics_address: None,
         health_address: None,
+        metrics_secure: false,
+        metrics_cert_dir: None,
         leader_election: None,
     };
     let readiness = Readiness::default();

@@ -10,7 +10,9 @@ pub use status::status;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+
 use std::time::Duration;
+use tracing::Instrument;
 
 use app_operator_api::AppCluster;
 use futures::{StreamExt, stream};
@@ -25,7 +27,9 @@ use kube::{Resource, ResourceExt};
 
 use self::expectations::{Expectations, Seen};
 use self::pods::{is_active, is_finished};
-use super::{Common, Settings, child_cache, drain, key, primary_cache, publish};
+use super::{
+    Common, Settings, child_cache, drain, key, log_start, primary_cache, publish, reconcile_span,
+};
 use crate::reconcile::Error;
 use crate::reconcile::apply::{controller_reference, is_controlled_by};
 
@@ -52,12 +56,17 @@ pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send +
         pods,
         expectations: Expectations::default(),
     });
-    tracing::info!(controller = NAME, "Starting Controller");
+    log_start(NAME, &settings);
     drain(controller.run(reconcile, error_policy, context)).await;
     tracing::info!(controller = NAME, "Stopped Controller");
 }
 
 async fn reconcile(cluster: Arc<AppCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = reconcile_span(NAME, cluster.as_ref());
+    reconcile_object(cluster, ctx).instrument(span).await
+}
+
+async fn reconcile_object(cluster: Arc<AppCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.common.metrics.reconcile_started(NAME);
     let object_key = key(cluster.as_ref());
     let namespace = cluster

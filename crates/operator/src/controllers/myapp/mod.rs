@@ -14,6 +14,8 @@ pub use status::status;
 
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use app_operator_api::MyApp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -26,7 +28,9 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 
-use super::{Common, Settings, cached, child_cache, drain, primary_cache, publish};
+use super::{
+    Common, Settings, cached, child_cache, drain, log_start, primary_cache, publish, reconcile_span,
+};
 use crate::reconcile::apply::{Applied, apply_child, controller_reference, is_controlled_by};
 use crate::reconcile::{Error, FIELD_MANAGER};
 
@@ -74,12 +78,17 @@ pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send +
         services,
         hpas,
     });
-    tracing::info!(controller = NAME, "Starting Controller");
+    log_start(NAME, &settings);
     drain(controller.run(reconcile, error_policy, context)).await;
     tracing::info!(controller = NAME, "Stopped Controller");
 }
 
 async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = reconcile_span(NAME, app.as_ref());
+    reconcile_object(app, ctx).instrument(span).await
+}
+
+async fn reconcile_object(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.common.metrics.reconcile_started(NAME);
     let namespace = app.namespace().ok_or(Error::MissingMetadata("namespace"))?;
     let outcome = apply_children(&app, &namespace, &ctx).await;
