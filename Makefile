@@ -18,17 +18,23 @@ lint: ## cargo fmt --check and clippy -D warnings
 manifests: ## Regenerate config/crd from the Rust types
 	$(CARGO) xtask manifests
 
-install: ## Install the CRDs into the cluster of $$KUBECONFIG (default: the local control plane)
+install: ## Install the CRDs into the cluster of KUBECONFIG (default: the local control plane)
 	$(CARGO) xtask install
 
 uninstall: ## Remove the CRDs from that cluster
 	$(CARGO) xtask uninstall
 
-deploy: ## Deploy the operator to the cluster of $$KUBECONFIG (kubectl apply -k config/default)
+deploy: ## Deploy the operator to the cluster of KUBECONFIG (kubectl apply -k config/default)
 	$(CARGO) xtask kubectl apply -k config/default
 
 undeploy: ## Remove the deployed operator (and its CRDs) from that cluster
 	$(CARGO) xtask kubectl delete --ignore-not-found -k config/default
+
+image: ## Static binary in a one-layer OCI image archive (target/app-operator-image.tar), no Docker needed
+	$(CARGO) xtask image
+
+bench: ## Convergence and cost vs the plain-client floor, on its own control plane (target/bench/)
+	$(CARGO) xtask bench
 
 cluster-up: ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)
 	$(CARGO) xtask cluster-up
@@ -39,4 +45,4 @@ cluster-down: ## Stop every process of the local control plane and remove its st
 tools: ## Build (or find cached) the pinned upstream binaries
 	$(CARGO) xtask tools
 
-.PHONY: help run test lint manifests install uninstall deploy undeploy cluster-up cluster-down tools
+.PHONY: help run test lint manifests install uninstall deploy undeploy image bench cluster-up cluster-down tools

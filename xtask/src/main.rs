@@ -1,5 +1,8 @@
 //! `cargo xtask <task>`: what the Makefile targets run.
 
+mod bench;
+mod image;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -40,6 +43,29 @@ enum Task {
     Uninstall,
     /// Local control plane up (if none), CRDs installed, the operator in the foreground, samples applied.
     Run,
+    /// Build a static app-operator and write it as a one-layer OCI image archive (no Docker needed).
+    Image {
+        /// Where to write the archive.
+        #[arg(long, default_value = "target/app-operator-image.tar")]
+        output: PathBuf,
+    },
+    /// Benchmark convergence and cost against the floor; writes target/bench/{results.json,results.md,chart.png}.
+    Bench {
+        /// Numbers of MyApps, one round each.
+        #[arg(long, value_delimiter = ',', default_values_t = [100, 300, 1000])]
+        sizes: Vec<usize>,
+        /// Client concurrency for creating objects (operator and floor alike).
+        #[arg(long, default_value_t = 10)]
+        concurrency: usize,
+        /// AppCluster size to scale to from 0 (0 skips the round).
+        #[arg(long, default_value_t = 500)]
+        appcluster_size: i32,
+        /// How long to watch the converged operator for writes.
+        #[arg(long, default_value_t = 60)]
+        steady_seconds: u64,
+        #[arg(long, default_value = "target/bench")]
+        output: PathBuf,
+    },
     /// Run `kubectl` (the pinned one) against $KUBECONFIG, else the local control plane.
     Kubectl {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -106,6 +132,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
             return Ok(exit_code(status));
         }
         Task::Run => return runtime.block_on(run_operator()),
+        Task::Image { output } => build_image(&output)?,
+        Task::Bench {
+            sizes,
+            concurrency,
+            appcluster_size,
+            steady_seconds,
+            output,
+        } => {
+            let output = if output.is_relative() {
+                repo().join(output)
+            } else {
+                output
+            };
+            runtime.block_on(bench_on_own_cluster(bench::Options {
+                sizes,
+                concurrency,
+                appcluster_size,
+                steady: std::time::Duration::from_secs(steady_seconds),
+                output,
+                kubeconfig: PathBuf::new(),
+                operator_binary: PathBuf::new(),
+            }))?;
+        }
         Task::Test { cargo_args } => return runtime.block_on(test(&cargo_args)),
         Task::Kubectl { args } => {
             let tools = Tools::ensure(&tool_sources())?;
@@ -118,7 +167,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     local_cluster::repo_root()
 }
 
@@ -127,13 +176,146 @@ fn target_kubeconfig() -> PathBuf {
     std::env::var_os("KUBECONFIG").map_or_else(|| Layout::default().kubeconfig(), PathBuf::from)
 }
 
-fn manifests() -> Result<()> {
-    let dir = repo().join("config/crd/bases");
-    std::fs::create_dir_all(&dir)?;
-    for (name, yaml) in app_operator::manifests::crd_files()? {
-        std::fs::write(dir.join(&name), yaml)?;
-        println!("wrote config/crd/bases/{name}");
+/// `make bench`: a release operator on a control plane of its own (started and stopped here).
+async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
+    let tools = Tools::ensure(&tool_sources())?;
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--locked", "-p", "app-operator"])
+        .status()?;
+    if !built.success() {
+        bail!("building the release operator failed");
     }
+    options.operator_binary = repo().join("target/release/app-operator");
+    let layout = Layout {
+        state_dir: repo().join(".local/bench-cluster"),
+    };
+    let cluster = Cluster::up(&layout, &tools, &ClusterOptions::default()).await?;
+    options.kubeconfig = cluster.kubeconfig.clone();
+    let result = run_bench(&options, &tools).await;
+    Cluster::down(&layout)?;
+    let report = result?;
+    print!("{}", bench::markdown(&report));
+    Ok(())
+}
+
+/// Runs the benchmark and writes its results (JSON, markdown, PNG chart) into `options.output`.
+async fn run_bench(options: &bench::Options, tools: &Tools) -> Result<bench::Report> {
+    let report = bench::run(options, tools).await?;
+    std::fs::write(
+        options.output.join("results.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    std::fs::write(options.output.join("results.md"), bench::markdown(&report))?;
+    bench::chart(&report, &options.output.join("chart.png"))?;
+    Ok(report)
+}
+
+/// The benchmark at N = 20 on the test control plane, so it cannot rot; fails on a result no
+/// build should produce (not converged, writes at rest, overshoot).
+async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> {
+    let options = bench::Options {
+        sizes: vec![20],
+        concurrency: 10,
+        appcluster_size: 20,
+        steady: std::time::Duration::from_secs(5),
+        output: repo().join("target/bench-smoke"),
+        kubeconfig: kubeconfig.to_owned(),
+        operator_binary: repo().join("target/debug/app-operator"),
+    };
+    let report = run_bench(&options, tools).await?;
+    let round = report.myapp.first().context("no MyApp round")?;
+    let cluster = report.appcluster.as_ref().context("no AppCluster round")?;
+    let checks = [
+        ("all 20 MyApps Ready", round.all_ready),
+        ("no operator writes at rest", round.steady_writes == 0.0),
+        ("the floor converged", round.floor_seconds.is_some()),
+        (
+            "AppCluster reached 20 Ready Pods",
+            cluster.operator_seconds.is_some(),
+        ),
+        ("never more than 20 Pods", cluster.most_pods_at_once <= 20),
+        ("chart written", options.output.join("chart.png").exists()),
+    ];
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(name, _)| *name)
+        .collect();
+    println!(
+        "bench smoke: {} passed, {} failed",
+        checks.len() - failed.len(),
+        failed.len()
+    );
+    if !failed.is_empty() {
+        bail!("bench smoke failed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// A fully static release binary (glibc with `crt-static`: the machine has no musl Rust target)
+/// in its own target directory, so it can be built while another cargo holds the workspace's.
+/// The image and the benchmark both use it.
+fn build_static_binary() -> Result<PathBuf> {
+    let target_dir = repo().join("target/image");
+    let triple = "x86_64-unknown-linux-gnu";
+    let built = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "app-operator",
+            "--target",
+            triple,
+        ])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .status()?;
+    if !built.success() {
+        bail!("building the static binary failed");
+    }
+    Ok(target_dir.join(triple).join("release/app-operator"))
+}
+
+fn build_image(output: &Path) -> Result<()> {
+    let binary = build_static_binary()?;
+    let output = if output.is_relative() {
+        repo().join(output)
+    } else {
+        output.to_owned()
+    };
+    image::write_archive(&binary, env!("CARGO_PKG_VERSION"), &output)?;
+    println!(
+        "wrote {} ({}, entrypoint /app-operator, user {})",
+        output.display(),
+        image::REFERENCE,
+        image::USER
+    );
+    Ok(())
+}
+
+fn manifests() -> Result<()> {
+    for dir in [
+        "config/crd/bases",
+        "charts/app-operator/crds",
+        "charts/app-operator/files",
+    ] {
+        std::fs::create_dir_all(repo().join(dir))?;
+    }
+    for (name, yaml) in app_operator::manifests::crd_files()? {
+        for dir in ["config/crd/bases", "charts/app-operator/crds"] {
+            std::fs::write(repo().join(dir).join(&name), &yaml)?;
+            println!("wrote {dir}/{name}");
+        }
+    }
+    let role = std::fs::read_to_string(repo().join("config/rbac/role.yaml"))?;
+    let rules = app_operator::manifests::chart_rules(&role)
+        .context("config/rbac/role.yaml has no `rules:`")?;
+    std::fs::write(
+        repo().join("charts/app-operator/files/manager-role-rules.yaml"),
+        rules,
+    )?;
+    println!("wrote charts/app-operator/files/manager-role-rules.yaml");
     Ok(())
 }
 
@@ -185,7 +367,7 @@ async fn run_operator() -> Result<ExitCode> {
         .spawn()
         .context("starting app-operator")?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !http_ok(health, "/readyz") {
+    while http_get(health, "/readyz").is_none() {
         if let Some(status) = operator.try_wait()? {
             bail!("app-operator exited before it was ready ({status})");
         }
@@ -218,18 +400,20 @@ async fn run_operator() -> Result<ExitCode> {
     Ok(exit_code(operator.wait()?))
 }
 
-/// A bare HTTP/1.0 GET (no client library needed for a local probe).
-fn http_ok(address: &str, path: &str) -> bool {
+/// A bare HTTP/1.0 GET on a local port (no client library needed): the body of a 200 response.
+pub fn http_get(address: &str, path: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
-        return false;
-    };
-    if write!(stream, "GET {path} HTTP/1.0\r\n\r\n").is_err() {
-        return false;
-    }
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).is_ok()
-        && (response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"))
+    stream.read_to_string(&mut response).ok()?;
+    let ok = response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200");
+    ok.then(|| {
+        response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or_default()
+    })
 }
 
 fn kubectl(tools: &Tools, kubeconfig: &Path) -> Command {
@@ -272,6 +456,11 @@ async fn test(cargo_args: &[String]) -> Result<ExitCode> {
         .env("PATH", std::env::join_paths(paths).context("PATH")?)
         .status()
         .context("running cargo test")?;
+    let smoke = if status.success() {
+        bench_smoke(&kubeconfig, &tools).await
+    } else {
+        Ok(())
+    };
     if started_here {
         let stopped = Cluster::down(&layout)?;
         eprintln!("stopped the test control plane ({})", stopped.join(", "));
@@ -279,5 +468,6 @@ async fn test(cargo_args: &[String]) -> Result<ExitCode> {
     if !status.success() {
         bail!("cargo test failed ({status})");
     }
+    smoke?;
     Ok(ExitCode::SUCCESS)
 }

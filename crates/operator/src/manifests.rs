@@ -11,3 +11,12 @@ fn crd_file(crd: &CustomResourceDefinition) -> Result<(String, String), serde_ya
     let name = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
     Ok((name, format!("---\n{}", serde_yaml::to_string(crd)?)))
 }
+
+/// The Helm chart's copy of the manager ClusterRole's rules: everything after `rules:` in
+/// `config/rbac/role.yaml`.
+pub fn chart_rules(role_yaml: &str) -> Option<String> {
+    let (_, rules) = role_yaml.split_once("\nrules:\n")?;
+    Some(format!(
+        "# Generated from config/rbac/role.yaml by `make manifests`.\n{rules}"
+    ))
+}

@@ -678,34 +678,3 @@ async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
     );
     kubectl_ok(&["delete", "clusterrolebinding", &binding]);
 }
-
-#[test]
-fn the_kustomize_deployment_passes_a_server_side_dry_run() {
-    let namespace = testkit::kubectl(&["get", "namespace", "app-operator-system"]);
-    if !namespace.status.success() {
-        kubectl_ok(&["create", "namespace", "app-operator-system"]);
-    }
-    let default = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/default");
-    let output = kubectl_ok(&["apply", "-k", default, "--dry-run=server"]);
-    for object in [
-        "deployment.apps/app-operator-controller-manager",
-        "clusterrole.rbac.authorization.k8s.io/app-operator-manager-role",
-        "serviceaccount/app-operator-controller-manager",
-    ] {
-        assert!(output.contains(object), "{object} missing from:\n{output}");
-    }
-    let rendered = kubectl_ok(&["kustomize", default]);
-    for posture in [
-        "runAsNonRoot: true",
-        "readOnlyRootFilesystem: true",
-        "allowPrivilegeEscalation: false",
-        "type: RuntimeDefault",
-        "- ALL",
-        "--leader-elect",
-        "--metrics-secure",
-        "terminationGracePeriodSeconds: 10",
-        "podAntiAffinity",
-    ] {
-        assert!(rendered.contains(posture), "config/default lacks {posture}");
-    }
-}

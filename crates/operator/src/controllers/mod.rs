@@ -17,7 +17,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::manager::metrics::Metrics;
-use crate::manager::readiness::{CacheSynced, Readiness};
+use crate::manager::readiness::Readiness;
 use crate::reconcile::{Error, FIELD_MANAGER, apply::apply_status, backoff::Backoff};
 
 /// What a controller needs from the process that runs it.
@@ -58,22 +58,45 @@ impl Settings {
     }
 }
 
-/// A watch kept in a store that reconciles read instead of the API server. Managed fields are
-/// dropped (never read here, and the bulk of every object); readiness is marked at the end of
-/// each initial list.
-fn cache<K>(
-    api: Api<K>,
+/// What the controllers cache: namespaced kinds the watcher can decode and share across tasks.
+pub trait Cached:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cached for K where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A watch of `K` in the watched namespace(s), kept in a store that reconciles read instead of
+/// the API server. Managed fields are dropped (never read here, and the bulk of every object);
+/// readiness is marked at the end of each initial list.
+fn cache<K: Cached>(
+    settings: &Settings,
+    controller: &'static str,
     config: watcher::Config,
-    synced: CacheSynced,
 ) -> (
     Store<K>,
     impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
-{
+) {
+    let synced = settings
+        .readiness
+        .cache(controller, K::kind(&()).into_owned());
     let (store, writer) = reflector::store();
-    let stream = watcher(api, config)
+    let stream = watcher(settings.api::<K>(), config)
         .default_backoff()
         .modify(|object: &mut K| object.managed_fields_mut().clear())
         .reflect(writer)
@@ -86,52 +109,28 @@ where
 }
 
 /// The cache of a controller's own kind: every object in the watched namespace(s).
-pub fn primary_cache<K>(
+pub fn primary_cache<K: Cached>(
     settings: &Settings,
     controller: &'static str,
 ) -> (
     Store<K>,
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let synced = settings
-        .readiness
-        .cache(controller, K::kind(&()).into_owned());
-    let (store, events) = cache(settings.api::<K>(), watcher::Config::default(), synced);
+) {
+    let (store, events) = cache(settings, controller, watcher::Config::default());
     (store, events.applied_objects())
 }
 
 /// The cache of a child kind: only objects the operator manages (by label). Deletions are passed
 /// on too, so a deleted child is recreated.
-pub fn child_cache<K>(
+pub fn child_cache<K: Cached>(
     settings: &Settings,
     controller: &'static str,
 ) -> (
     Store<K>,
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let synced = settings
-        .readiness
-        .cache(controller, K::kind(&()).into_owned());
+) {
     let config = watcher::Config::default().labels(&crate::reconcile::managed_selector());
-    let (store, events) = cache(settings.api::<K>(), config, synced);
+    let (store, events) = cache(settings, controller, config);
     (store, events.touched_objects())
 }
 

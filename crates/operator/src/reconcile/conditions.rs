@@ -35,6 +35,24 @@ pub fn set(
     }
 }
 
+/// `Degraded`: true with the error's reason and message, else false with `healthy` as message.
+pub fn degraded<'a>(error: Option<&'a crate::reconcile::Error>, healthy: &str) -> Desired<'a> {
+    match error {
+        Some(error) => Desired {
+            type_: app_operator_api::conditions::DEGRADED,
+            status: true,
+            reason: error.reason(),
+            message: error.to_string(),
+        },
+        None => Desired {
+            type_: app_operator_api::conditions::DEGRADED,
+            status: false,
+            reason: "ReconcileSuccess",
+            message: healthy.to_owned(),
+        },
+    }
+}
+
 /// Whether the condition `type_` is `True`.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions
@@ -48,7 +66,7 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     fn time(seconds: i64) -> Time {
-        Time(Timestamp::from_second(seconds).unwrap())
+        Time(Timestamp::constant(seconds, 0))
     }
 
     fn ready(status: bool, reason: &str) -> Desired<'_> {

@@ -53,7 +53,7 @@ impl Expectations {
     }
 
     /// Records Pods just created or deleted under `key`.
-    pub fn expect(
+    pub fn add(
         &self,
         key: &str,
         created: impl IntoIterator<Item = String>,
@@ -85,13 +85,13 @@ mod tests {
     #[test]
     fn waits_until_created_pods_appear_and_deleted_pods_go() {
         let expectations = Expectations::default();
-        expectations.expect("ns/a", ["p1".to_owned()], ["p2".to_owned()]);
+        expectations.add("ns/a", ["p1".to_owned()], ["p2".to_owned()]);
         assert!(
             !expectations.satisfied("ns/a", |_| Seen::Gone),
             "the created p1 is not seen yet"
         );
         assert!(!expectations.satisfied("ns/a", |_| Seen::Gone), "still not");
-        expectations.expect("ns/a", [], ["p3".to_owned()]);
+        expectations.add("ns/a", [], ["p3".to_owned()]);
         assert!(
             !expectations.satisfied("ns/a", |_| Seen::Present),
             "p1 seen, but the deleted p3 is still there"

@@ -162,7 +162,7 @@ async fn scale(
     let missing = size.saturating_sub(active.len());
 
     let deleted = delete_pods(&api, to_delete.iter().map(|pod| pod.name_any()).collect()).await;
-    ctx.expectations.expect(
+    ctx.expectations.add(
         &object_key,
         [],
         deleted.iter().filter_map(|r| r.as_ref().ok().cloned()),
@@ -184,33 +184,31 @@ async fn scale(
         .buffer_unordered(POD_WRITES_IN_FLIGHT)
         .collect()
         .await;
-    ctx.expectations.expect(
+    ctx.expectations.add(
         &object_key,
         created.iter().filter_map(|r| r.as_ref().ok().cloned()),
         [],
     );
 
-    let created_count = created.iter().filter(|r| r.is_ok()).count();
-    let deleted_count = deleted.iter().filter(|r| r.is_ok()).count();
-    if created_count > 0 {
-        let note = format!("Created {created_count} pod(s) for size {size}");
-        publish(
-            &ctx.common.recorder,
-            cluster,
-            EventType::Normal,
+    let counts = [
+        (
+            created.iter().filter(|r| r.is_ok()).count(),
             "PodsCreated",
-            "Scale",
-            note,
-        )
-        .await;
-    }
-    if deleted_count > 0 {
-        let note = format!("Deleted {deleted_count} pod(s) for size {size}");
+            "Created",
+        ),
+        (
+            deleted.iter().filter(|r| r.is_ok()).count(),
+            "PodsDeleted",
+            "Deleted",
+        ),
+    ];
+    for (count, reason, verb) in counts.into_iter().filter(|(count, _, _)| *count > 0) {
+        let note = format!("{verb} {count} pod(s) for size {size}");
         publish(
             &ctx.common.recorder,
             cluster,
             EventType::Normal,
-            "PodsDeleted",
+            reason,
             "Scale",
             note,
         )

@@ -90,7 +90,7 @@ mod tests {
         Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                creation_timestamp: Some(Time(Timestamp::from_second(created).unwrap())),
+                creation_timestamp: Some(Time(Timestamp::constant(created, 0))),
                 ..ObjectMeta::default()
             },
             spec: None,

@@ -1,10 +1,10 @@
-use app_operator_api::conditions::{DEGRADED, PROGRESSING, READY};
+use app_operator_api::conditions::{PROGRESSING, READY};
 use app_operator_api::{AppCluster, AppClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::pods::selector;
 use crate::reconcile::Error;
-use crate::reconcile::conditions::{Desired, set};
+use crate::reconcile::conditions::{Desired, degraded, set};
 
 /// The status an AppCluster should have given how many of its Pods exist (active) and are Ready.
 pub fn status(
@@ -50,20 +50,7 @@ pub fn status(
                 message: format!("{active} pods for size {size}, {message}"),
             }
         },
-        match error {
-            Some(error) => Desired {
-                type_: DEGRADED,
-                status: true,
-                reason: error.reason(),
-                message: error.to_string(),
-            },
-            None => Desired {
-                type_: DEGRADED,
-                status: false,
-                reason: "ReconcileSuccess",
-                message: "pods reconciled".into(),
-            },
-        },
+        degraded(error, "pods reconciled"),
     ];
     AppClusterStatus {
         ready: ready_count,

@@ -9,22 +9,15 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use kube::ResourceExt;
 
-use super::labels::{labels, selector_labels};
+use super::labels::{child_metadata, labels, selector_labels};
 
 /// The Deployment of a MyApp. While autoscaling is enabled `replicas` is left out, so the HPA
 /// owns it (the seed set it to 0, which scaled the app to nothing).
 pub fn deployment(app: &MyApp, owner: OwnerReference) -> Deployment {
     let spec = &app.spec;
     Deployment {
-        metadata: ObjectMeta {
-            name: Some(app.name_any()),
-            namespace: app.namespace(),
-            labels: Some(labels(app)),
-            owner_references: Some(vec![owner]),
-            ..ObjectMeta::default()
-        },
+        metadata: child_metadata(app, owner),
         spec: Some(DeploymentSpec {
             replicas: spec
                 .enabled_auto_scaling()

@@ -3,22 +3,16 @@ use k8s_openapi::api::autoscaling::v2::{
     CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, MetricSpec,
     MetricTarget, ResourceMetricSource,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
-use super::labels::labels;
+use super::labels::child_metadata;
 
 /// The HorizontalPodAutoscaler of a MyApp, only while autoscaling is enabled.
 pub fn hpa(app: &MyApp, owner: OwnerReference) -> Option<HorizontalPodAutoscaler> {
     let scaling = app.spec.enabled_auto_scaling()?;
     Some(HorizontalPodAutoscaler {
-        metadata: ObjectMeta {
-            name: Some(app.name_any()),
-            namespace: app.namespace(),
-            labels: Some(labels(app)),
-            owner_references: Some(vec![owner]),
-            ..ObjectMeta::default()
-        },
+        metadata: child_metadata(app, owner),
         spec: Some(HorizontalPodAutoscalerSpec {
             scale_target_ref: CrossVersionObjectReference {
                 api_version: Some("apps/v1".into()),

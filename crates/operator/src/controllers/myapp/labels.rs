@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use app_operator_api::MyApp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
@@ -28,4 +29,15 @@ pub fn selector_string(app: &MyApp) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The metadata of every child of a MyApp: its name and namespace, the labels, the owner.
+pub fn child_metadata(app: &MyApp, owner: OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(app.name_any()),
+        namespace: app.namespace(),
+        labels: Some(labels(app)),
+        owner_references: Some(vec![owner]),
+        ..ObjectMeta::default()
+    }
 }

@@ -1,11 +1,10 @@
 use app_operator_api::MyApp;
 use app_operator_api::myapp::ServiceType;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::ResourceExt;
 
-use super::labels::{labels, selector_labels};
+use super::labels::{child_metadata, selector_labels};
 
 /// The Service of a MyApp: its port forwards to the container's named port `http`.
 pub fn service(app: &MyApp, owner: OwnerReference) -> Service {
@@ -15,13 +14,7 @@ pub fn service(app: &MyApp, owner: OwnerReference) -> Service {
         ServiceType::LoadBalancer => "LoadBalancer",
     };
     Service {
-        metadata: ObjectMeta {
-            name: Some(app.name_any()),
-            namespace: app.namespace(),
-            labels: Some(labels(app)),
-            owner_references: Some(vec![owner]),
-            ..ObjectMeta::default()
-        },
+        metadata: child_metadata(app, owner),
         spec: Some(ServiceSpec {
             type_: Some(type_.into()),
             selector: Some(selector_labels(app)),

@@ -1,11 +1,11 @@
-use app_operator_api::conditions::{DEGRADED, PROGRESSING, READY};
+use app_operator_api::conditions::{PROGRESSING, READY};
 use app_operator_api::{MyApp, MyAppStatus};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::labels::selector_string;
 use crate::reconcile::Error;
-use crate::reconcile::conditions::{Desired, set};
+use crate::reconcile::conditions::{Desired, degraded, set};
 
 /// The status a MyApp should have, given its Deployment as last seen and the reconcile's error.
 /// `lastUpdateTime` is carried over: the caller stamps it only when the status really changes.
@@ -78,20 +78,7 @@ pub fn status(
             message: replicas_message,
         },
     };
-    let degraded = match error {
-        Some(error) => Desired {
-            type_: DEGRADED,
-            status: true,
-            reason: error.reason(),
-            message: error.to_string(),
-        },
-        None => Desired {
-            type_: DEGRADED,
-            status: false,
-            reason: "ReconcileSuccess",
-            message: "all children applied".into(),
-        },
-    };
+    let degraded = degraded(error, "all children applied");
     MyAppStatus {
         conditions: [ready, progressing, degraded]
             .into_iter()
