@@ -143,12 +143,6 @@ impl Operator {
     }
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Report> {
     std::fs::create_dir_all(&options.output)?;
     let admin = local_cluster::admin_client(&options.kubeconfig).await?;
@@ -339,29 +333,53 @@ async fn client_from(kubeconfig: &Path) -> Result<Client> {
 }
 
 fn start_operator(options: &Options, kubeconfig: &Path) -> Result<Operator> {
-    let (metrics, health) = (free_port()?, free_port()?);
-    let log = std::fs::File::create(options.output.join("operator.log"))?;
+    let log_path = options.output.join("operator.log");
     let child = Command::new(&options.operator_binary)
-        .args(["run", "--log-level=warn", "--log-format=json"])
+        .args([
+            "run",
+            "--log-format=json",
+            "--log-level=warn,app_operator::manager::server=info",
+        ])
+        .args([
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+        ])
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
-        .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
         .stdout(Stdio::null())
-        .stderr(log)
+        .stderr(std::fs::File::create(&log_path)?)
         .spawn()
         .with_context(|| format!("starting {}", options.operator_binary.display()))?;
-    let mut operator = Operator { child, metrics };
+    let mut operator = Operator { child, metrics: 0 };
+    // The operator picks free ports itself and logs them: ports chosen here could be taken twice.
+    let served = |server: &str| -> Option<u16> {
+        let text = std::fs::read_to_string(&log_path).ok()?;
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("\"server\":\"{server}\"")))?;
+        let line: serde_json::Value = serde_json::from_str(line).ok()?;
+        line["bind_address"]
+            .as_str()?
+            .rsplit(':')
+            .next()?
+            .parse()
+            .ok()
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while crate::http_get(&format!("127.0.0.1:{health}"), "/readyz").is_none() {
+    loop {
+        if let (Some(health), Some(metrics)) = (served("health probes"), served("metrics"))
+            && crate::http_get(&format!("127.0.0.1:{health}"), "/readyz").is_some()
+        {
+            operator.metrics = metrics;
+            return Ok(operator);
+        }
         if operator.child.try_wait()?.is_some() || Instant::now() > deadline {
             bail!(
                 "the operator did not become ready; see {}",
-                options.output.join("operator.log").display()
+                log_path.display()
             );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(operator)
 }
 
 async fn ensure_namespace(admin: &Client, name: &str) -> Result<()> {

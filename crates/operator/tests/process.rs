@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,14 +27,6 @@ use support::TIMEOUT;
 use testkit::{TestNamespace, eventually, kubectl_ok, object};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A running `app-operator run`, killed when dropped.
 struct OperatorProcess {
     child: Child,
@@ -45,27 +36,60 @@ struct OperatorProcess {
 }
 
 impl OperatorProcess {
+    /// Starts the operator with both servers on port 0 and reads the ports it bound from its log
+    /// (ports picked by the test could be handed to two processes at once).
     fn spawn(kubeconfig: &Path, args: &[&str]) -> OperatorProcess {
-        let (health, metrics) = (free_port(), free_port());
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let dir = std::env::temp_dir().join("app-operator-tests");
         std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join(format!("operator-{health}.log"));
+        let sequence = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let log = dir.join(format!("operator-{}-{sequence}.log", std::process::id()));
         let child = Command::new(env!("CARGO_BIN_EXE_app-operator"))
             .arg("run")
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
-            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+            .arg("--health-probe-bind-address=127.0.0.1:0")
+            .arg("--metrics-bind-address=127.0.0.1:0")
             .arg("--log-format=json")
             .args(args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        OperatorProcess {
+        // The guard first: if the ports never show up, dropping it still kills and reaps.
+        let mut process = OperatorProcess {
             child,
-            health,
-            metrics,
+            health: 0,
+            metrics: 0,
             log,
+        };
+        let port = |log: &Path, server: &str| -> Option<u16> {
+            let text = std::fs::read_to_string(log).ok()?;
+            let line = text.lines().find(|l| {
+                l.contains("\"Serving\"") && l.contains(&format!("\"server\":\"{server}\""))
+            })?;
+            let line: serde_json::Value = serde_json::from_str(line).ok()?;
+            line["bind_address"]
+                .as_str()?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let (Some(health), Some(metrics)) = (
+                port(&process.log, "health probes"),
+                port(&process.log, "metrics"),
+            ) {
+                (process.health, process.metrics) = (health, metrics);
+                return process;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the operator did not log its ports:\n{}",
+                process.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

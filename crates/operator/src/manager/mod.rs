@@ -128,7 +128,7 @@ pub async fn run(
     let client = counted_client(config, &metrics).map_err(|source| Error::Client { source })?;
     let mut servers = JoinSet::new();
     if let Some(address) = options.health_address {
-        let listener = server::bind(address).await?;
+        let listener = server::bind(address, "health probes").await?;
         servers.spawn(server::serve(
             listener,
             server::health_routes(readiness.clone()),
@@ -136,7 +136,7 @@ pub async fn run(
         ));
     }
     if let Some(address) = options.metrics_address {
-        let listener = server::bind(address).await?;
+        let listener = server::bind(address, "metrics").await?;
         let routes = server::metrics_routes(metrics.clone());
         if options.metrics_secure {
             let tls = secure::tls_config(options.metrics_cert_dir.as_deref())?;

@@ -14,10 +14,16 @@ use super::Error;
 use super::metrics::Metrics;
 use super::readiness::Readiness;
 
-pub async fn bind(address: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(address)
+/// Binds `address` (port 0 picks a free port) and logs the address actually served.
+pub async fn bind(address: SocketAddr, what: &'static str) -> Result<TcpListener, Error> {
+    let listener = TcpListener::bind(address)
         .await
-        .map_err(|source| Error::Bind { address, source })
+        .map_err(|source| Error::Bind { address, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| Error::Bind { address, source })?;
+    tracing::info!(server = what, bind_address = %bound, "Serving");
+    Ok(listener)
 }
 
 pub async fn serve(
