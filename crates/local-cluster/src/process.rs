@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::Error;
@@ -106,6 +107,13 @@ impl Recorded {
             while self.is_running() {
                 std::thread::sleep(Duration::from_millis(20));
             }
+        }
+        // Gone for good: reap it if it is our child (a no-op otherwise), and give whoever
+        // adopted it (init) a moment to, so no zombie entry is left behind.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Path::new(&format!("/proc/{}", self.pid)).exists() && Instant::now() < deadline {
+            let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
