@@ -136,10 +136,11 @@ mod tests {
             pod.labels().get("app").map(String::as_str),
             Some("appcluster-sample")
         );
-        let container = &pod.spec.unwrap().containers[0];
-        assert_eq!(
-            (container.name.as_str(), container.image.as_deref()),
-            ("nginx", Some("nginx:latest"))
-        );
+        let containers = pod.spec.unwrap_or_default().containers;
+        let shape: Vec<_> = containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.image.as_deref()))
+            .collect();
+        assert_eq!(shape, [("nginx", Some("nginx:latest"))]);
     }
 }
