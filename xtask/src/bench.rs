@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use app_operator::api::{AppCluster, MyApp};
+use app_operator::manager::metrics::requests_by_method;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
@@ -73,8 +74,8 @@ pub struct MyAppRound {
     pub floor_seconds: Option<f64>,
     pub ratio_to_floor: Option<f64>,
     pub all_ready: bool,
-    pub steady_writes: f64,
-    pub steady_reads: f64,
+    pub steady_writes: u64,
+    pub steady_reads: u64,
     pub settled_rss_mib: f64,
 }
 
@@ -99,7 +100,7 @@ pub struct Report {
     pub appcluster: Option<AppClusterRound>,
     pub peak_rss_mib: f64,
     pub cpu_seconds: f64,
-    pub requests_by_method: BTreeMap<String, f64>,
+    pub requests_by_method: BTreeMap<String, u64>,
 }
 
 /// The operator under test, stopped (SIGTERM via kill) when dropped.
@@ -130,16 +131,9 @@ impl Operator {
             .collect()
     }
 
-    fn requests(&self) -> BTreeMap<String, f64> {
-        self.metrics()
-            .into_iter()
-            .filter_map(|(series, value)| {
-                let method = series
-                    .strip_prefix("rest_client_requests_total{method=\"")?
-                    .strip_suffix("\"}")?;
-                Some((method.to_owned(), value))
-            })
-            .collect()
+    fn requests(&self) -> BTreeMap<String, u64> {
+        let text = crate::http_get(&format!("127.0.0.1:{}", self.metrics), "/metrics");
+        requests_by_method(&text.unwrap_or_default())
     }
 }
 
@@ -547,10 +541,10 @@ async fn myapp_round(
     let before = operator.requests();
     tokio::time::sleep(options.steady).await;
     let after = operator.requests();
-    let delta = |methods: &[&str]| -> f64 {
+    let delta = |methods: &[&str]| -> u64 {
         methods
             .iter()
-            .map(|m| after.get(*m).copied().unwrap_or(0.0) - before.get(*m).copied().unwrap_or(0.0))
+            .map(|m| after.get(*m).copied().unwrap_or(0) - before.get(*m).copied().unwrap_or(0))
             .sum()
     };
     let steady_writes = delta(&["POST", "PUT", "PATCH", "DELETE"]);

@@ -227,7 +227,7 @@ async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> {
     let cluster = report.appcluster.as_ref().context("no AppCluster round")?;
     let checks = [
         ("all 20 MyApps Ready", round.all_ready),
-        ("no operator writes at rest", round.steady_writes == 0.0),
+        ("no operator writes at rest", round.steady_writes == 0),
         ("the floor converged", round.floor_seconds.is_some()),
         (
             "AppCluster reached 20 Ready Pods",

@@ -1,5 +1,6 @@
 //! Prometheus metrics under controller-runtime's names, so existing dashboards and alerts work.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -30,6 +31,8 @@ pub struct LeaseLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub method: &'static str,
+    /// The HTTP status code, or `<error>` when the request got no response.
+    pub code: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,7 +76,7 @@ impl Default for Metrics {
         registry.register_collector(Box::new(super::process::ProcessCollector));
         registry.register(
             "rest_client_requests",
-            "Number of HTTP requests to the API server, by method",
+            "Number of HTTP requests to the API server, partitioned by method and status code",
             rest_client_requests_total.clone(),
         );
         let runtime = registry.sub_registry_with_prefix("controller_runtime");
@@ -188,8 +191,8 @@ impl Metrics {
             .set(i64::from(leading));
     }
 
-    /// Counts one request to the API server (watches included, once per connection).
-    pub fn api_request(&self, method: &http::Method) {
+    /// Counts one request to the API server by its method and response status.
+    pub fn api_request(&self, method: &http::Method, status: Option<http::StatusCode>) {
         let method = match *method {
             http::Method::GET => "GET",
             http::Method::POST => "POST",
@@ -198,16 +201,16 @@ impl Metrics {
             http::Method::DELETE => "DELETE",
             _ => "OTHER",
         };
+        let code = status.map_or_else(|| "<error>".to_owned(), |s| s.as_u16().to_string());
         self.rest_client_requests_total
-            .get_or_create(&RequestLabels { method })
+            .get_or_create(&RequestLabels { method, code })
             .inc();
     }
 
-    /// Requests to the API server so far, by method (`GET`, `PATCH`, …).
-    pub fn api_requests(&self, method: &'static str) -> u64 {
-        self.rest_client_requests_total
-            .get_or_create(&RequestLabels { method })
-            .get()
+    /// Requests to the API server so far, by method (`GET`, `PATCH`, …), whatever their outcome.
+    pub fn api_requests(&self, method: &str) -> u64 {
+        let text = self.encode().unwrap_or_default();
+        requests_by_method(&text).get(method).copied().unwrap_or(0)
     }
 
     /// Reconciles of `controller` so far, successful or not.
@@ -228,4 +231,25 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
         Ok(text)
     }
+}
+
+/// Sums `rest_client_requests_total` by method from a Prometheus text exposition.
+pub fn requests_by_method(text: &str) -> BTreeMap<String, u64> {
+    let mut requests = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("rest_client_requests_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let method = labels
+            .split(',')
+            .find_map(|label| label.strip_prefix("method=\""))
+            .and_then(|m| m.strip_suffix('"'));
+        if let (Some(method), Ok(value)) = (method, value.trim().parse::<u64>()) {
+            *requests.entry(method.to_owned()).or_insert(0) += value;
+        }
+    }
+    requests
 }

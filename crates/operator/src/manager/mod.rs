@@ -1,6 +1,7 @@
 //! The process around the controllers: which ones run, where, with what concurrency; the health
 //! and metrics endpoints; shutdown.
 
+mod client_metrics;
 pub mod leader;
 pub mod metrics;
 mod process;
@@ -18,6 +19,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::controllers::{self, Settings};
+pub use client_metrics::counted_client;
 use metrics::Metrics;
 use readiness::Readiness;
 
@@ -70,19 +72,6 @@ pub enum Error {
     Tls(#[from] secure::TlsError),
     #[error("leader election lost")]
     LeadershipLost,
-}
-
-/// A client whose every request is counted in `rest_client_requests_total`.
-pub fn counted_client(config: kube::Config, metrics: &Arc<Metrics>) -> Result<Client, kube::Error> {
-    let metrics = metrics.clone();
-    let count =
-        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-            metrics.api_request(request.method());
-            request
-        });
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&count)
-        .build())
 }
 
 /// Starts the selected controllers; they stop (finishing in-flight reconciles) when `shutdown` is

@@ -7,8 +7,14 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::{Error, FIELD_MANAGER};
+
+/// Annotation holding a digest of the configuration last applied to a child. With the child's
+/// cached state it tells whether an apply would change anything, so reconciles woken by a
+/// child's status (a Deployment rolling out) send no request at all.
+pub const APPLIED_DIGEST_ANNOTATION: &str = "app-operator.example.com/applied-digest";
 
 /// How applying a child changed it, for events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +45,10 @@ pub fn controller_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Option<
 /// `cached` is what the watch cache holds under that name. An object that exists but is not
 /// controlled by `owner_uid` is never taken over: that is [`Error::Conflict`]. When the cache has
 /// nothing, one GET rules out an object the cache does not select (e.g. made by hand).
+///
+/// No request is sent when the cached object is ours, was last applied with this very
+/// configuration (its digest annotation) and still holds every field of it (no drift): such an
+/// apply is a no-op. The digest catches what the field check cannot: a field we stopped setting.
 pub async fn apply_child<K>(
     api: &Api<K>,
     desired: &K,
@@ -49,6 +59,13 @@ where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
     let name = desired.name_any();
+    let desired = with_digest(desired)?;
+    if let Some(object) = cached
+        && is_controlled_by(object, owner_uid)
+        && already_applied(object, &desired)?
+    {
+        return Ok((object.clone(), Applied::Unchanged));
+    }
     let existing = match cached {
         Some(object) => Some(object.clone()),
         None => api.get_opt(&name).await.map_err(|source| Error::Get {
@@ -69,7 +86,7 @@ where
         .patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(desired),
+            &Patch::Apply(&desired),
         )
         .await
         .map_err(|source| Error::Apply {
@@ -83,6 +100,53 @@ where
         Some(_) => Applied::Unchanged,
     };
     Ok((applied, change))
+}
+
+/// `desired` with the digest of its serialization in [`APPLIED_DIGEST_ANNOTATION`].
+fn with_digest<K: Resource + Clone + Serialize>(desired: &K) -> Result<K, Error> {
+    let bytes = serde_json::to_vec(desired).map_err(Error::Encode)?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    // 128 bits name a configuration well enough, and keep the annotation short.
+    let hex: String = digest
+        .as_ref()
+        .iter()
+        .take(16)
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    let mut object = desired.clone();
+    object
+        .annotations_mut()
+        .insert(APPLIED_DIGEST_ANNOTATION.to_owned(), hex);
+    Ok(object)
+}
+
+/// Whether applying `desired` (with its digest) to `existing` would change nothing.
+fn already_applied<K: Resource + Serialize>(existing: &K, desired: &K) -> Result<bool, Error> {
+    let digest = |object: &K| object.annotations().get(APPLIED_DIGEST_ANNOTATION).cloned();
+    if digest(existing).is_none() || digest(existing) != digest(desired) {
+        return Ok(false);
+    }
+    let existing = serde_json::to_value(existing).map_err(Error::Encode)?;
+    let desired = serde_json::to_value(desired).map_err(Error::Encode)?;
+    Ok(holds(&existing, &desired))
+}
+
+/// Whether `existing` has every field of `desired` with the same value. Fields the API server
+/// defaulted (present only in `existing`) do not count; lists must match element by element.
+pub fn holds(existing: &Value, desired: &Value) -> bool {
+    match (existing, desired) {
+        (Value::Object(existing), Value::Object(desired)) => desired
+            .iter()
+            .all(|(key, want)| existing.get(key).is_some_and(|have| holds(have, want))),
+        (Value::Array(existing), Value::Array(desired)) => {
+            existing.len() == desired.len()
+                && existing
+                    .iter()
+                    .zip(desired)
+                    .all(|(have, want)| holds(have, want))
+        }
+        (existing, desired) => existing == desired,
+    }
 }
 
 /// What changes when a child's desired state changes: the generation where the kind has one
@@ -120,4 +184,34 @@ where
     .await
     .map(|_| ())
     .map_err(|source| Error::Status { source })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::holds;
+
+    #[test]
+    fn server_defaults_beside_our_fields_still_hold() {
+        let existing = json!({
+            "spec": { "replicas": 2, "strategy": { "type": "RollingUpdate" },
+                      "ports": [{ "port": 80, "protocol": "TCP" }] }
+        });
+        let desired = json!({ "spec": { "replicas": 2, "ports": [{ "port": 80 }] } });
+        assert!(holds(&existing, &desired));
+    }
+
+    #[test]
+    fn a_changed_missing_or_extra_list_element_does_not_hold() {
+        let desired = json!({ "spec": { "replicas": 2, "ports": [{ "port": 80 }] } });
+        for existing in [
+            json!({ "spec": { "replicas": 5, "ports": [{ "port": 80 }] } }),
+            json!({ "spec": { "ports": [{ "port": 80 }] } }),
+            json!({ "spec": { "replicas": 2, "ports": [{ "port": 80 }, { "port": 81 }] } }),
+            json!({ "spec": { "replicas": 2, "ports": [{ "port": 9999 }] } }),
+        ] {
+            assert!(!holds(&existing, &desired), "{existing}");
+        }
+    }
 }

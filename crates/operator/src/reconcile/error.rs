@@ -36,6 +36,9 @@ pub enum Error {
     #[error("writing status: {source}")]
     Status { source: kube::Error },
 
+    #[error("encoding a child object: {0}")]
+    Encode(#[source] serde_json::Error),
+
     #[error("the object has no {0} (the API server always sets it)")]
     MissingMetadata(&'static str),
 }
@@ -50,6 +53,7 @@ impl Error {
             Error::Delete { .. } => "DeleteFailed",
             Error::CreatePod { .. } => "PodCreateFailed",
             Error::Status { .. } => "StatusUpdateFailed",
+            Error::Encode(_) => "EncodeFailed",
             Error::MissingMetadata(_) => "InvalidObject",
         }
     }

@@ -117,8 +117,8 @@ fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.common.retry(app.as_ref(), error)
 }
 
-/// Applies the children in order (Service, then Deployment, then HPA) and returns the Deployment
-/// as the API server has it after the apply.
+/// Applies the children (Service, Deployment and HPA, concurrently: none depends on another)
+/// and returns the Deployment as the API server has it after the apply.
 async fn apply_children(app: &MyApp, namespace: &str, ctx: &Context) -> Result<Deployment, Error> {
     let uid = app.uid().ok_or(Error::MissingMetadata("uid"))?;
     let owner = controller_reference(app).ok_or(Error::MissingMetadata("uid"))?;
@@ -127,68 +127,94 @@ async fn apply_children(app: &MyApp, namespace: &str, ctx: &Context) -> Result<D
         deployment,
         hpa,
     } = children(app, &owner);
-    let name = app.name_any();
+    let (_, deployment, ()) = futures::try_join!(
+        apply_service(app, namespace, service, &uid, ctx),
+        apply_deployment(app, namespace, deployment, &uid, ctx),
+        apply_hpa(app, namespace, hpa, &uid, ctx),
+    )?;
+    Ok(deployment)
+}
 
+async fn apply_service(
+    app: &MyApp,
+    namespace: &str,
+    service: Service,
+    uid: &str,
+    ctx: &Context,
+) -> Result<(), Error> {
     let services: Api<Service> = Api::namespaced(ctx.common.client.clone(), namespace);
-    let cached_service = cached(&ctx.services, &name, namespace);
+    let cached_service = cached(&ctx.services, &service.name_any(), namespace);
     // Edited ports must go before applying: an edited port beside ours can make the Service
     // invalid (two ports named `http`), and apply cannot remove another manager's port.
     let drifted = cached_service
         .as_deref()
-        .filter(|s| is_controlled_by(*s, &uid) && ports_drifted(&service, s));
+        .filter(|s| is_controlled_by(*s, uid) && ports_drifted(&service, s));
     if drifted.is_some() {
         restore_ports(&services, &service).await?;
     }
-    let (_, change) = apply_child(&services, &service, cached_service.as_deref(), &uid).await?;
+    let (_, change) = apply_child(&services, &service, cached_service.as_deref(), uid).await?;
     let change = if drifted.is_some() {
         Applied::Changed
     } else {
         change
     };
-    announce(ctx, app, "Service", &name, change).await;
+    announce(ctx, app, "Service", &service.name_any(), change).await;
+    Ok(())
+}
 
+async fn apply_deployment(
+    app: &MyApp,
+    namespace: &str,
+    deployment: Deployment,
+    uid: &str,
+    ctx: &Context,
+) -> Result<Deployment, Error> {
+    let name = deployment.name_any();
     let deployments: Api<Deployment> = Api::namespaced(ctx.common.client.clone(), namespace);
     let cached_deployment = cached(&ctx.deployments, &name, namespace);
-    let (deployment, change) = apply_child(
-        &deployments,
-        &deployment,
-        cached_deployment.as_deref(),
-        &uid,
-    )
-    .await?;
+    let (deployment, change) =
+        apply_child(&deployments, &deployment, cached_deployment.as_deref(), uid).await?;
     announce(ctx, app, "Deployment", &name, change).await;
+    Ok(deployment)
+}
 
+/// Applies the HPA while autoscaling is enabled; deletes ours once it is disabled.
+async fn apply_hpa(
+    app: &MyApp,
+    namespace: &str,
+    hpa: Option<HorizontalPodAutoscaler>,
+    uid: &str,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let name = app.name_any();
     let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.common.client.clone(), namespace);
     let cached_hpa = cached(&ctx.hpas, &name, namespace);
-    match hpa {
-        Some(hpa) => {
-            let (_, change) = apply_child(&hpas, &hpa, cached_hpa.as_deref(), &uid).await?;
-            announce(ctx, app, "HorizontalPodAutoscaler", &name, change).await;
-        }
-        None => {
-            if let Some(existing) = cached_hpa.filter(|h| is_controlled_by(h.as_ref(), &uid)) {
-                hpas.delete(&existing.name_any(), &DeleteParams::background())
-                    .await
-                    .map_err(|source| Error::Delete {
-                        kind: "HorizontalPodAutoscaler".into(),
-                        name: name.clone(),
-                        source,
-                    })?;
-                let note =
-                    format!("Deleted HorizontalPodAutoscaler {name}: autoscaling is disabled");
-                publish(
-                    &ctx.common.recorder,
-                    app,
-                    EventType::Normal,
-                    "Deleted",
-                    "Delete",
-                    note,
-                )
-                .await;
-            }
-        }
+    if let Some(hpa) = hpa {
+        let (_, change) = apply_child(&hpas, &hpa, cached_hpa.as_deref(), uid).await?;
+        announce(ctx, app, "HorizontalPodAutoscaler", &name, change).await;
+        return Ok(());
     }
-    Ok(deployment)
+    let Some(existing) = cached_hpa.filter(|h| is_controlled_by(h.as_ref(), uid)) else {
+        return Ok(());
+    };
+    hpas.delete(&existing.name_any(), &DeleteParams::background())
+        .await
+        .map_err(|source| Error::Delete {
+            kind: "HorizontalPodAutoscaler".into(),
+            name: name.clone(),
+            source,
+        })?;
+    let note = format!("Deleted HorizontalPodAutoscaler {name}: autoscaling is disabled");
+    publish(
+        &ctx.common.recorder,
+        app,
+        EventType::Normal,
+        "Deleted",
+        "Delete",
+        note,
+    )
+    .await;
+    Ok(())
 }
 
 /// A Normal event when a child was created or changed; nothing when it already matched.
