@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use app_operator::api::{AppCluster, MyApp};
 use app_operator::manager::metrics::requests_by_method;
+use app_operator::manager::served_port;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
@@ -346,17 +347,7 @@ fn start_operator(options: &Options, kubeconfig: &Path) -> Result<Operator> {
     let mut operator = Operator { child, metrics: 0 };
     // The operator picks free ports itself and logs them: ports chosen here could be taken twice.
     let served = |server: &str| -> Option<u16> {
-        let text = std::fs::read_to_string(&log_path).ok()?;
-        let line = text
-            .lines()
-            .find(|l| l.contains(&format!("\"server\":\"{server}\"")))?;
-        let line: serde_json::Value = serde_json::from_str(line).ok()?;
-        line["bind_address"]
-            .as_str()?
-            .rsplit(':')
-            .next()?
-            .parse()
-            .ok()
+        served_port(&std::fs::read_to_string(&log_path).ok()?, server)
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

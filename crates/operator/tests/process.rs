@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use app_operator::api::{AppCluster, MyApp};
+use app_operator::manager::served_port;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -63,17 +64,7 @@ impl OperatorProcess {
             log,
         };
         let port = |log: &Path, server: &str| -> Option<u16> {
-            let text = std::fs::read_to_string(log).ok()?;
-            let line = text.lines().find(|l| {
-                l.contains("\"Serving\"") && l.contains(&format!("\"server\":\"{server}\""))
-            })?;
-            let line: serde_json::Value = serde_json::from_str(line).ok()?;
-            line["bind_address"]
-                .as_str()?
-                .rsplit(':')
-                .next()?
-                .parse()
-                .ok()
+            served_port(&std::fs::read_to_string(log).ok()?, server)
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

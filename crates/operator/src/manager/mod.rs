@@ -22,6 +22,7 @@ use crate::controllers::{self, Settings};
 pub use client_metrics::counted_client;
 use metrics::Metrics;
 use readiness::Readiness;
+pub use server::served_port;
 
 /// The controllers this binary can run (`--controllers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

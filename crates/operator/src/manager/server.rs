@@ -26,6 +26,21 @@ pub async fn bind(address: SocketAddr, what: &'static str) -> Result<TcpListener
     Ok(listener)
 }
 
+/// The port `server` (as named to [`bind`]) was bound to, read from the operator's JSON log:
+/// tests and the benchmark start it on port 0, since ports picked outside could be taken twice.
+pub fn served_port(json_log: &str, server: &str) -> Option<u16> {
+    let line = json_log
+        .lines()
+        .find(|l| l.contains("\"Serving\"") && l.contains(&format!("\"server\":\"{server}\"")))?;
+    let line: serde_json::Value = serde_json::from_str(line).ok()?;
+    line.get("bind_address")?
+        .as_str()?
+        .rsplit(':')
+        .next()?
+        .parse()
+        .ok()
+}
+
 pub async fn serve(
     listener: TcpListener,
     routes: Router,
