@@ -17,8 +17,8 @@ use app_operator::api::conditions::{DEGRADED, READY};
 use app_operator::manager::ControllerKind;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Service;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::{TIMEOUT, condition, rejection};
@@ -99,6 +99,19 @@ async fn a_myapp_becomes_a_deployment_and_a_service_and_reports_ready() {
             .get("app.kubernetes.io/managed-by")
             .map(String::as_str),
         Some("app-operator")
+    );
+    // Its Pods are the ReplicaSet's, not the operator's: without `managed-by` they stay out of
+    // the operator's Pod cache, which is for AppCluster Pods.
+    let pods = ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels("app.kubernetes.io/instance=web"))
+        .await
+        .unwrap();
+    assert_eq!(pods.items.len(), 2);
+    assert!(
+        pods.items
+            .iter()
+            .all(|pod| !pod.labels().contains_key("app.kubernetes.io/managed-by"))
     );
     let pod_spec = deployment
         .spec

@@ -15,7 +15,8 @@ pub fn selector_labels(app: &MyApp) -> BTreeMap<String, String> {
     ])
 }
 
-/// The labels of every object made for a MyApp: the selector labels plus `managed-by`.
+/// The labels of every object the operator makes for a MyApp (not its Pods, which the
+/// ReplicaSet makes): the selector labels plus `managed-by`.
 pub fn labels(app: &MyApp) -> BTreeMap<String, String> {
     let mut labels = selector_labels(app);
     labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
