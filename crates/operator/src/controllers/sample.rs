@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::EventType;
 
-use super::{Common, Settings, drain, log_start, primary_cache, publish, reconcile_span};
+use super::{Common, Settings, drain, log_start, primary_cache, reconcile_span};
 use crate::reconcile::Error;
 
 pub const NAME: &str = "sample";
@@ -42,15 +42,15 @@ async fn reconcile_object(sample: Arc<Sample>, common: Arc<Common>) -> Result<Ac
         "Observed Sample"
     );
     let note = format!("testString: {test_string:?}");
-    publish(
-        &common.recorder,
-        sample.as_ref(),
-        EventType::Normal,
-        "Observed",
-        "Reconcile",
-        note,
-    )
-    .await;
+    common
+        .publish(
+            sample.as_ref(),
+            EventType::Normal,
+            "Observed",
+            "Reconcile",
+            note,
+        )
+        .await;
     common.metrics.reconcile_finished(NAME, None);
     Ok(Action::await_change())
 }

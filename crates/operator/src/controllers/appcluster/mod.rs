@@ -27,9 +27,7 @@ use kube::{Resource, ResourceExt};
 
 use self::expectations::{Expectations, Seen};
 use self::pods::{is_active, is_finished};
-use super::{
-    Common, Settings, child_cache, drain, key, log_start, primary_cache, publish, reconcile_span,
-};
+use super::{Common, Settings, child_cache, drain, key, log_start, primary_cache, reconcile_span};
 use crate::reconcile::Error;
 use crate::reconcile::apply::{controller_reference, is_controlled_by};
 
@@ -204,15 +202,9 @@ async fn scale(
     ];
     for (count, reason, verb) in counts.into_iter().filter(|(count, _, _)| *count > 0) {
         let note = format!("{verb} {count} pod(s) for size {size}");
-        publish(
-            &ctx.common.recorder,
-            cluster,
-            EventType::Normal,
-            reason,
-            "Scale",
-            note,
-        )
-        .await;
+        ctx.common
+            .publish(cluster, EventType::Normal, reason, "Scale", note)
+            .await;
     }
     created
         .into_iter()

@@ -29,7 +29,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 
 use super::{
-    Common, Settings, cached, child_cache, drain, log_start, primary_cache, publish, reconcile_span,
+    Common, Settings, cached, child_cache, drain, log_start, primary_cache, reconcile_span,
 };
 use crate::reconcile::apply::{Applied, apply_child, controller_reference, is_controlled_by};
 use crate::reconcile::{Error, FIELD_MANAGER};
@@ -205,15 +205,9 @@ async fn apply_hpa(
             source,
         })?;
     let note = format!("Deleted HorizontalPodAutoscaler {name}: autoscaling is disabled");
-    publish(
-        &ctx.common.recorder,
-        app,
-        EventType::Normal,
-        "Deleted",
-        "Delete",
-        note,
-    )
-    .await;
+    ctx.common
+        .publish(app, EventType::Normal, "Deleted", "Delete", note)
+        .await;
     Ok(())
 }
 
@@ -224,18 +218,17 @@ async fn announce(ctx: &Context, app: &MyApp, kind: &str, name: &str, change: Ap
         Applied::Changed => ("Updated", "Updated"),
         Applied::Unchanged => return,
     };
-    // The recorder aggregates events by reason and action: the action names the kind so that
-    // "Created Service" and "Created Deployment" stay two events.
+    // The action names the kind, so events can be told apart by `action` as well as by note.
     let action = format!("Apply{kind}");
-    publish(
-        &ctx.common.recorder,
-        app,
-        EventType::Normal,
-        reason,
-        &action,
-        format!("{verb} {kind} {name}"),
-    )
-    .await;
+    ctx.common
+        .publish(
+            app,
+            EventType::Normal,
+            reason,
+            &action,
+            format!("{verb} {kind} {name}"),
+        )
+        .await;
 }
 
 /// Replaces the Service's port list with ours (a JSON merge patch replaces lists whole).
