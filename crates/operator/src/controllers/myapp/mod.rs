@@ -36,6 +36,10 @@ use crate::reconcile::{Error, FIELD_MANAGER};
 
 pub const NAME: &str = "myapp";
 
+/// A new Deployment reports several statuses within a second (ReplicaSet made, Pods ready):
+/// waiting this long after the last trigger folds them into one reconcile and one status write.
+const STATUS_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A MyApp's children. Destructured without `..` where they are applied, so a new child kind
 /// cannot be built and forgotten.
 pub struct Children {
@@ -70,7 +74,11 @@ pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send +
         .owns_stream(deployment_events)
         .owns_stream(service_events)
         .owns_stream(hpa_events)
-        .with_config(controller::Config::default().concurrency(settings.concurrency))
+        .with_config(
+            controller::Config::default()
+                .concurrency(settings.concurrency)
+                .debounce(STATUS_DEBOUNCE),
+        )
         .graceful_shutdown_on(shutdown);
     let context = Arc::new(Context {
         common: Common::new(NAME, &settings),
@@ -117,8 +125,9 @@ fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.common.retry(app.as_ref(), error)
 }
 
-/// Applies the children (Service, Deployment and HPA, concurrently: none depends on another)
-/// and returns the Deployment as the API server has it after the apply.
+/// Applies the children (Service, Deployment and HPA, concurrently: none depends on another),
+/// announces what changed in one event, and returns the Deployment as the API server has it
+/// after the apply.
 async fn apply_children(app: &MyApp, namespace: &str, ctx: &Context) -> Result<Deployment, Error> {
     let uid = app.uid().ok_or(Error::MissingMetadata("uid"))?;
     let owner = controller_reference(app).ok_or(Error::MissingMetadata("uid"))?;
@@ -127,21 +136,33 @@ async fn apply_children(app: &MyApp, namespace: &str, ctx: &Context) -> Result<D
         deployment,
         hpa,
     } = children(app, &owner);
-    let (_, deployment, ()) = futures::try_join!(
-        apply_service(app, namespace, service, &uid, ctx),
-        apply_deployment(app, namespace, deployment, &uid, ctx),
+    let (deployment, service, hpa) = futures::join!(
+        apply_deployment(namespace, deployment, &uid, ctx),
+        apply_service(namespace, service, &uid, ctx),
         apply_hpa(app, namespace, hpa, &uid, ctx),
-    )?;
+    );
+    // What did change is announced even when another child failed.
+    let changes = [
+        (
+            "Deployment",
+            deployment.as_ref().ok().map(|(_, change)| *change),
+        ),
+        ("Service", service.as_ref().ok().copied()),
+        ("HorizontalPodAutoscaler", hpa.as_ref().ok().copied()),
+    ];
+    announce(ctx, app, &changes).await;
+    let (deployment, _) = deployment?;
+    service?;
+    hpa?;
     Ok(deployment)
 }
 
 async fn apply_service(
-    app: &MyApp,
     namespace: &str,
     service: Service,
     uid: &str,
     ctx: &Context,
-) -> Result<(), Error> {
+) -> Result<Applied, Error> {
     let services: Api<Service> = Api::namespaced(ctx.common.client.clone(), namespace);
     let cached_service = cached(&ctx.services, &service.name_any(), namespace);
     // Edited ports must go before applying: an edited port beside ours can make the Service
@@ -153,49 +174,43 @@ async fn apply_service(
         restore_ports(&services, &service).await?;
     }
     let (_, change) = apply_child(&services, &service, cached_service.as_deref(), uid).await?;
-    let change = if drifted.is_some() {
+    Ok(if drifted.is_some() {
         Applied::Changed
     } else {
         change
-    };
-    announce(ctx, app, "Service", &service.name_any(), change).await;
-    Ok(())
+    })
 }
 
 async fn apply_deployment(
-    app: &MyApp,
     namespace: &str,
     deployment: Deployment,
     uid: &str,
     ctx: &Context,
-) -> Result<Deployment, Error> {
+) -> Result<(Deployment, Applied), Error> {
     let name = deployment.name_any();
     let deployments: Api<Deployment> = Api::namespaced(ctx.common.client.clone(), namespace);
     let cached_deployment = cached(&ctx.deployments, &name, namespace);
-    let (deployment, change) =
-        apply_child(&deployments, &deployment, cached_deployment.as_deref(), uid).await?;
-    announce(ctx, app, "Deployment", &name, change).await;
-    Ok(deployment)
+    apply_child(&deployments, &deployment, cached_deployment.as_deref(), uid).await
 }
 
-/// Applies the HPA while autoscaling is enabled; deletes ours once it is disabled.
+/// Applies the HPA while autoscaling is enabled; deletes ours once it is disabled (and says so
+/// in an event of its own).
 async fn apply_hpa(
     app: &MyApp,
     namespace: &str,
     hpa: Option<HorizontalPodAutoscaler>,
     uid: &str,
     ctx: &Context,
-) -> Result<(), Error> {
+) -> Result<Applied, Error> {
     let name = app.name_any();
     let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.common.client.clone(), namespace);
     let cached_hpa = cached(&ctx.hpas, &name, namespace);
     if let Some(hpa) = hpa {
         let (_, change) = apply_child(&hpas, &hpa, cached_hpa.as_deref(), uid).await?;
-        announce(ctx, app, "HorizontalPodAutoscaler", &name, change).await;
-        return Ok(());
+        return Ok(change);
     }
     let Some(existing) = cached_hpa.filter(|h| is_controlled_by(h.as_ref(), uid)) else {
-        return Ok(());
+        return Ok(Applied::Unchanged);
     };
     hpas.delete(&existing.name_any(), &DeleteParams::background())
         .await
@@ -208,27 +223,32 @@ async fn apply_hpa(
     ctx.common
         .publish(app, EventType::Normal, "Deleted", "Delete", note)
         .await;
-    Ok(())
+    Ok(Applied::Unchanged)
 }
 
-/// A Normal event when a child was created or changed; nothing when it already matched.
-async fn announce(ctx: &Context, app: &MyApp, kind: &str, name: &str, change: Applied) {
-    let (reason, verb) = match change {
-        Applied::Created => ("Created", "Created"),
-        Applied::Changed => ("Updated", "Updated"),
-        Applied::Unchanged => return,
-    };
-    // The action names the kind, so events can be told apart by `action` as well as by note.
-    let action = format!("Apply{kind}");
-    ctx.common
-        .publish(
-            app,
-            EventType::Normal,
-            reason,
-            &action,
-            format!("{verb} {kind} {name}"),
-        )
-        .await;
+/// One Normal event per verb for the children that were created or changed (none when all
+/// matched), e.g. "Created Deployment web, Service web": one write per reconcile, not per child.
+async fn announce(ctx: &Context, app: &MyApp, changes: &[(&str, Option<Applied>)]) {
+    let name = app.name_any();
+    for (change, reason) in [(Applied::Created, "Created"), (Applied::Changed, "Updated")] {
+        let children: Vec<String> = changes
+            .iter()
+            .filter(|(_, applied)| *applied == Some(change))
+            .map(|(kind, _)| format!("{kind} {name}"))
+            .collect();
+        if children.is_empty() {
+            continue;
+        }
+        ctx.common
+            .publish(
+                app,
+                EventType::Normal,
+                reason,
+                "Apply",
+                format!("{reason} {}", children.join(", ")),
+            )
+            .await;
+    }
 }
 
 /// Replaces the Service's port list with ours (a JSON merge patch replaces lists whole).
