@@ -36,10 +36,6 @@ use crate::reconcile::{Error, FIELD_MANAGER};
 
 pub const NAME: &str = "myapp";
 
-/// A new Deployment reports several statuses within a second (ReplicaSet made, Pods ready):
-/// waiting this long after the last trigger folds them into one reconcile and one status write.
-const STATUS_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(500);
-
 /// A MyApp's children. Destructured without `..` where they are applied, so a new child kind
 /// cannot be built and forgotten.
 pub struct Children {
@@ -74,11 +70,7 @@ pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send +
         .owns_stream(deployment_events)
         .owns_stream(service_events)
         .owns_stream(hpa_events)
-        .with_config(
-            controller::Config::default()
-                .concurrency(settings.concurrency)
-                .debounce(STATUS_DEBOUNCE),
-        )
+        .with_config(controller::Config::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown);
     let context = Arc::new(Context {
         common: Common::new(NAME, &settings),
