@@ -75,6 +75,9 @@ pub struct MyAppRound {
     pub floor_seconds: Option<f64>,
     pub ratio_to_floor: Option<f64>,
     pub all_ready: bool,
+    /// The operator's requests from the first create until 5 s after all were Ready, by method,
+    /// divided by N.
+    pub requests_per_myapp: BTreeMap<String, f64>,
     pub steady_writes: u64,
     pub steady_reads: u64,
     pub settled_rss_mib: f64,
@@ -500,6 +503,7 @@ async fn myapp_round(
         myapp_ready,
     );
     let apps: Api<MyApp> = Api::namespaced(admin.clone(), &namespace);
+    let before_round = operator.requests();
     stream::iter(0..n)
         .map(|i| {
             let apps = apps.clone();
@@ -538,6 +542,16 @@ async fn myapp_round(
             .map(|m| after.get(*m).copied().unwrap_or(0) - before.get(*m).copied().unwrap_or(0))
             .sum()
     };
+    let requests_per_myapp = before
+        .iter()
+        .map(|(method, count)| {
+            let earlier = before_round.get(method).copied().unwrap_or(0);
+            (
+                method.clone(),
+                count.saturating_sub(earlier) as f64 / n as f64,
+            )
+        })
+        .collect();
     let steady_writes = delta(&["POST", "PUT", "PATCH", "DELETE"]);
     let steady_reads = delta(&["GET"]);
     let settled_rss_mib = rss_mib(operator.metrics);
@@ -607,6 +621,7 @@ async fn myapp_round(
         operator_children,
         operator_ready,
         floor_children,
+        requests_per_myapp,
         steady_writes,
         steady_reads,
         settled_rss_mib,
@@ -759,11 +774,11 @@ pub fn markdown(report: &Report) -> String {
         "Machine: {}. Operator: its own process, as its ServiceAccount (ClusterRole of config/rbac), {}. Client concurrency: {}.\n\n",
         report.machine, report.operator_settings, report.client_concurrency
     );
-    text.push_str("| N MyApps | children (a) | floor | (a) / floor | all Ready (b) | all Ready | steady writes | steady reads | settled RSS |\n");
-    text.push_str("|---:|---:|---:|---:|---:|:--:|---:|---:|---:|\n");
+    text.push_str("| N MyApps | children (a) | floor | (a) / floor | all Ready (b) | all Ready | requests per MyApp | steady writes | steady reads | settled RSS |\n");
+    text.push_str("|---:|---:|---:|---:|---:|:--:|---|---:|---:|---:|\n");
     for round in &report.myapp {
         text.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} MiB |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} MiB |\n",
             round.n,
             seconds(round.children_seconds),
             seconds(round.floor_seconds),
@@ -772,6 +787,12 @@ pub fn markdown(report: &Report) -> String {
                 .map_or("-".into(), |r| format!("{r:.2}")),
             seconds(round.ready_seconds),
             if round.all_ready { "yes" } else { "no" },
+            round
+                .requests_per_myapp
+                .iter()
+                .map(|(method, count)| format!("{method} {count:.2}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             round.steady_writes,
             round.steady_reads,
             round.settled_rss_mib,
