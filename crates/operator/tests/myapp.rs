@@ -15,10 +15,12 @@ use std::time::Duration;
 use app_operator::api::MyApp;
 use app_operator::api::conditions::{DEGRADED, READY};
 use app_operator::manager::ControllerKind;
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::{TIMEOUT, condition, rejection};
@@ -499,4 +501,62 @@ async fn deleting_a_myapp_garbage_collects_its_children_and_the_sample_applies()
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_myapp_deleted_in_the_foreground_is_not_rebuilt_while_it_goes() {
+    let ns = TestNamespace::new("myapp-foreground").await;
+    let _operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let apps = ns.api::<MyApp>();
+    apps.create(
+        &PostParams::default(),
+        &my_app("web", json!({ "replicas": 1, "image": "nginx:1.27" })),
+    )
+    .await
+    .unwrap();
+    wait_ready(&apps, "web", 1).await;
+
+    // Every Deployment `web` that ever exists, by UID.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let recorder = {
+        let (seen, deployments) = (seen.clone(), ns.api::<Deployment>());
+        tokio::spawn(async move {
+            let config = watcher::Config::default().fields("metadata.name=web");
+            let mut events = std::pin::pin!(watcher(deployments, config).applied_objects());
+            while let Some(Ok(deployment)) = events.next().await {
+                seen.lock()
+                    .unwrap()
+                    .insert(deployment.uid().unwrap_or_default());
+            }
+        })
+    };
+    eventually(TIMEOUT, "the watch to see the Deployment", || async {
+        (!seen.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+
+    // Foreground: the garbage collector deletes the children first, while the MyApp (marked
+    // for deletion) still exists and its controller is woken by each child's deletion.
+    apps.delete("web", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually(TIMEOUT, "the MyApp to be gone", || async {
+        apps.get_opt("web").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    recorder.abort();
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "the Deployment was re-created while its MyApp was being deleted"
+    );
+    assert!(
+        ns.api::<Deployment>()
+            .get_opt("web")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(ns.api::<Service>().get_opt("web").await.unwrap().is_none());
 }

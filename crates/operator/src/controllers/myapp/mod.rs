@@ -22,11 +22,11 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
 
 use super::{
     Common, Settings, cached, child_cache, drain, log_start, primary_cache, reconcile_span,
@@ -91,6 +91,11 @@ async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Error> 
 async fn reconcile_object(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.common.metrics.reconcile_started(NAME);
     let namespace = app.namespace().ok_or(Error::MissingMetadata("namespace"))?;
+    if app.meta().deletion_timestamp.is_some() {
+        // Going away: in a foreground deletion the garbage collector deletes the children first,
+        // and each one rebuilt would hold the MyApp up (for as long as the race went on).
+        return Ok(Action::await_change());
+    }
     let outcome = apply_children(&app, &namespace, &ctx).await;
     let deployment = match &outcome {
         Ok(deployment) => Some(deployment.clone()),
