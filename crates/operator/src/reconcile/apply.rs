@@ -2,8 +2,8 @@
 
 use std::fmt::Debug;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, GetParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -26,9 +26,13 @@ pub enum Applied {
 
 /// Whether `object` is controlled by the owner with `owner_uid`.
 pub fn is_controlled_by(object: &impl Resource, owner_uid: &str) -> bool {
-    object
-        .owner_references()
+    controls(object.meta(), owner_uid)
+}
+
+fn controls(meta: &ObjectMeta, owner_uid: &str) -> bool {
+    meta.owner_references
         .iter()
+        .flatten()
         .any(|r| r.controller == Some(true) && r.uid == owner_uid)
 }
 
@@ -44,7 +48,9 @@ pub fn controller_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Option<
 ///
 /// `cached` is what the watch cache holds under that name. An object that exists but is not
 /// controlled by `owner_uid` is never taken over: that is [`Error::Conflict`]. When the cache has
-/// nothing, one GET rules out an object the cache does not select (e.g. made by hand).
+/// nothing, one GET rules out an object the cache does not select (e.g. made by hand): of the
+/// metadata only, served from the API server's watch cache, which is as fresh as ours and
+/// spares etcd a read.
 ///
 /// No request is sent when the cached object is ours, was last applied with this very
 /// configuration (its digest annotation) and still holds every field of it (no drift): such an
@@ -67,15 +73,19 @@ where
         return Ok((object.clone(), Applied::Unchanged));
     }
     let existing = match cached {
-        Some(object) => Some(object.clone()),
-        None => api.get_opt(&name).await.map_err(|source| Error::Get {
-            kind: K::kind(&()).into_owned(),
-            name: name.clone(),
-            source,
-        })?,
+        Some(object) => Some(object.meta().clone()),
+        None => api
+            .get_metadata_opt_with(&name, &GetParams::any())
+            .await
+            .map_err(|source| Error::Get {
+                kind: K::kind(&()).into_owned(),
+                name: name.clone(),
+                source,
+            })?
+            .map(|object| object.metadata),
     };
     if let Some(existing) = &existing
-        && !is_controlled_by(existing, owner_uid)
+        && !controls(existing, owner_uid)
     {
         return Err(Error::Conflict {
             kind: K::kind(&()).into_owned(),
@@ -96,7 +106,7 @@ where
         })?;
     let change = match existing {
         None => Applied::Created,
-        Some(before) if revision(&before) != revision(&applied) => Applied::Changed,
+        Some(before) if revision(&before) != revision(applied.meta()) => Applied::Changed,
         Some(_) => Applied::Unchanged,
     };
     Ok((applied, change))
@@ -151,8 +161,7 @@ pub fn holds(existing: &Value, desired: &Value) -> bool {
 
 /// What changes when a child's desired state changes: the generation where the kind has one
 /// (status updates by other controllers do not move it), else the resourceVersion.
-fn revision(object: &impl Resource) -> Option<String> {
-    let meta = object.meta();
+fn revision(meta: &ObjectMeta) -> Option<String> {
     meta.generation
         .map(|g| g.to_string())
         .or_else(|| meta.resource_version.clone())
