@@ -233,7 +233,8 @@ impl Common {
 
     /// The end of every reconcile: writes `desired` status only if it differs from `current`
     /// (`stamp` marks a real change, e.g. `lastUpdateTime`), counts the result, and on failure
-    /// publishes a Warning event (the Degraded condition is already in `desired`).
+    /// publishes a Warning event (the Degraded condition is already in `desired`). In a namespace
+    /// being deleted neither is written: both would be refused.
     pub async fn conclude<K, S>(
         &self,
         object: &K,
@@ -250,6 +251,14 @@ impl Common {
             + DeserializeOwned,
         S: PartialEq + serde::Serialize,
     {
+        if let Err(error) = &outcome
+            && error.is_namespace_terminating()
+        {
+            self.metrics
+                .reconcile_finished(self.controller, Some(error));
+            return outcome.map(|()| then);
+        }
+        let key = key(object);
         let result = if current == Some(&desired) {
             outcome
         } else {
@@ -261,7 +270,7 @@ impl Common {
             .reconcile_finished(self.controller, result.as_ref().err());
         match result {
             Ok(()) => {
-                self.backoff.succeeded(&key(object));
+                self.backoff.succeeded(&key);
                 Ok(then)
             }
             Err(error) => {
@@ -278,8 +287,14 @@ impl Common {
         }
     }
 
-    /// The error policy: log and retry with per-object exponential backoff.
+    /// The error policy: log and retry with per-object exponential backoff; not at all when the
+    /// object's namespace is being deleted.
     pub fn retry<K: Resource>(&self, object: &K, error: &Error) -> Action {
+        if error.is_namespace_terminating() {
+            // The namespace, and with it the object, is going away: nothing to retry.
+            tracing::debug!(controller = self.controller, object = %key(object), error = %error, "namespace is terminating; not retrying");
+            return Action::await_change();
+        }
         let delay = self.backoff.failed(&key(object));
         tracing::warn!(controller = self.controller, object = %key(object), error = %error, reason = error.reason(), retry_in = ?delay, "Reconciler error");
         Action::requeue(delay)
