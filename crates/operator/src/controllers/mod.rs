@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 
 use crate::manager::metrics::Metrics;
 use crate::manager::readiness::Readiness;
+use crate::reconcile::written::{Fingerprint, WrittenStatuses};
 use crate::reconcile::{Error, FIELD_MANAGER, apply::apply_status, backoff::Backoff};
 
 /// What a controller needs from the process that runs it.
@@ -181,6 +182,7 @@ pub struct Common {
     /// It keeps every event it published for six minutes (about 3 KiB each), so one-off Normal
     /// events do not go through it: at 1000 MyApps it held 6 MiB, a tenth of the operator.
     warnings: Recorder,
+    written: WrittenStatuses,
     pub backoff: Backoff,
     pub metrics: Arc<Metrics>,
 }
@@ -195,6 +197,7 @@ impl Common {
             client: settings.client.clone(),
             reporter: settings.reporter(controller),
             warnings: Recorder::new(settings.client.clone(), settings.reporter(controller)),
+            written: WrittenStatuses::default(),
             backoff: Backoff::default(),
             metrics: settings.metrics.clone(),
         }
@@ -232,9 +235,9 @@ impl Common {
     }
 
     /// The end of every reconcile: writes `desired` status only if it differs from `current`
-    /// (`stamp` marks a real change, e.g. `lastUpdateTime`), counts the result, and on failure
-    /// publishes a Warning event (the Degraded condition is already in `desired`). In a namespace
-    /// being deleted neither is written: both would be refused.
+    /// and was not just written (`stamp` marks a real change, e.g. `lastUpdateTime`), counts the
+    /// result, and on failure publishes a Warning event (the Degraded condition is already in
+    /// `desired`). In a namespace being deleted neither is written: both would be refused.
     pub async fn conclude<K, S>(
         &self,
         object: &K,
@@ -259,11 +262,17 @@ impl Common {
             return outcome.map(|()| then);
         }
         let key = key(object);
-        let result = if current == Some(&desired) {
+        let version = object.meta().resource_version.as_deref();
+        let fingerprint = Fingerprint::of(&desired);
+        let written = fingerprint.is_some_and(|f| self.written.awaiting_cache(&key, version, f));
+        let result = if current == Some(&desired) || written {
             outcome
         } else {
             stamp(&mut desired);
             let written = apply_status(&self.client, object, &desired).await;
+            if let (Ok(()), Some(fingerprint)) = (&written, fingerprint) {
+                self.written.wrote(key.clone(), version, fingerprint);
+            }
             outcome.and(written)
         };
         self.metrics

@@ -5,6 +5,7 @@ pub mod apply;
 pub mod backoff;
 pub mod conditions;
 pub mod error;
+pub mod written;
 
 pub use error::Error;
 
