@@ -96,7 +96,7 @@ async fn reconcile_object(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, 
         // and each one rebuilt would hold the MyApp up (for as long as the race went on).
         return Ok(Action::await_change());
     }
-    let outcome = apply_children(&app, &namespace, &ctx).await;
+    let (outcome, changes) = apply_children(&app, &namespace, &ctx).await;
     let deployment = match &outcome {
         Ok(deployment) => Some(deployment.clone()),
         Err(_) => cached(&ctx.deployments, &app.name_any(), &namespace).map(|d| (*d).clone()),
@@ -106,8 +106,12 @@ async fn reconcile_object(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, 
     let stamp =
         |status: &mut app_operator_api::MyAppStatus| status.last_update_time = Some(now.clone());
     let outcome = outcome.map(|_| ());
-    ctx.common
-        .conclude(
+    // The event and the status write are independent: sent together, a reconcile holds its
+    // worker for one round trip less. What did change is announced even when another child
+    // failed.
+    let (_, result) = futures::join!(
+        announce(&ctx, &app, &changes),
+        ctx.common.conclude(
             app.as_ref(),
             app.status.as_ref(),
             desired,
@@ -115,19 +119,33 @@ async fn reconcile_object(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, 
             outcome,
             Action::await_change(),
         )
-        .await
+    );
+    result
 }
 
 fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.common.retry(app.as_ref(), error)
 }
 
-/// Applies the children (Service, Deployment and HPA, concurrently: none depends on another),
-/// announces what changed in one event, and returns the Deployment as the API server has it
-/// after the apply.
-async fn apply_children(app: &MyApp, namespace: &str, ctx: &Context) -> Result<Deployment, Error> {
-    let uid = app.uid().ok_or(Error::MissingMetadata("uid"))?;
-    let owner = controller_reference(app).ok_or(Error::MissingMetadata("uid"))?;
+/// How applying changed each child kind (`None`: it failed, or was not tried).
+type Changes = [(&'static str, Option<Applied>); 3];
+
+/// Applies the children (Service, Deployment and HPA, concurrently: none depends on another).
+/// Returns the Deployment as the API server has it after the apply (or the first error), and
+/// what changed.
+async fn apply_children(
+    app: &MyApp,
+    namespace: &str,
+    ctx: &Context,
+) -> (Result<Deployment, Error>, Changes) {
+    let (Some(uid), Some(owner)) = (app.uid(), controller_reference(app)) else {
+        let untried = [
+            ("Deployment", None),
+            ("Service", None),
+            ("HorizontalPodAutoscaler", None),
+        ];
+        return (Err(Error::MissingMetadata("uid")), untried);
+    };
     let Children {
         service,
         deployment,
@@ -138,7 +156,6 @@ async fn apply_children(app: &MyApp, namespace: &str, ctx: &Context) -> Result<D
         apply_service(namespace, service, &uid, ctx),
         apply_hpa(app, namespace, hpa, &uid, ctx),
     );
-    // What did change is announced even when another child failed.
     let changes = [
         (
             "Deployment",
@@ -147,11 +164,11 @@ async fn apply_children(app: &MyApp, namespace: &str, ctx: &Context) -> Result<D
         ("Service", service.as_ref().ok().copied()),
         ("HorizontalPodAutoscaler", hpa.as_ref().ok().copied()),
     ];
-    announce(ctx, app, &changes).await;
-    let (deployment, _) = deployment?;
-    service?;
-    hpa?;
-    Ok(deployment)
+    let deployment = match (deployment, service, hpa) {
+        (Ok((deployment, _)), Ok(_), Ok(_)) => Ok(deployment),
+        (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => Err(error),
+    };
+    (deployment, changes)
 }
 
 async fn apply_service(
@@ -225,7 +242,7 @@ async fn apply_hpa(
 
 /// One Normal event per verb for the children that were created or changed (none when all
 /// matched), e.g. "Created Deployment web, Service web": one write per reconcile, not per child.
-async fn announce(ctx: &Context, app: &MyApp, changes: &[(&str, Option<Applied>)]) {
+async fn announce(ctx: &Context, app: &MyApp, changes: &Changes) {
     let name = app.name_any();
     for (change, reason) in [(Applied::Created, "Created"), (Applied::Changed, "Updated")] {
         let children: Vec<String> = changes
