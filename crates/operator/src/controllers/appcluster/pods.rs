@@ -80,11 +80,19 @@ pub fn surplus(mut active: Vec<&Pod>, count: usize) -> Vec<&Pod> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 mod tests {
     use super::*;
+    use crate::reconcile::apply::controller_reference;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
 
     fn pod_at(name: &str, created: i64, ready: bool) -> Pod {
         Pod {
@@ -142,5 +150,124 @@ mod tests {
             .map(|c| (c.name.as_str(), c.image.as_deref()))
             .collect();
         assert_eq!(shape, [("nginx", Some("nginx:latest"))]);
+    }
+
+    fn names(pods: Vec<&Pod>) -> Vec<String> {
+        pods.iter().map(|p| p.name_any()).collect()
+    }
+
+    #[test]
+    fn pod_snapshot() {
+        let cluster: AppCluster = serde_json::from_value(json!({
+            "apiVersion": "demo.demo.io/v1",
+            "kind": "AppCluster",
+            "metadata": {
+                "name": "appcluster-sample",
+                "namespace": "demo",
+                "uid": "00000000-0000-4000-8000-000000000003",
+                "generation": 1
+            },
+            "spec": { "size": 3 }
+        }))
+        .expect("an AppCluster");
+        let owner = controller_reference(&cluster).expect("the fixture has a uid");
+        let pod = pod(&cluster, owner);
+        // Named by the API server, so that Pods created together never collide.
+        assert_eq!(pod.metadata.name, None);
+        insta::assert_yaml_snapshot!("pod", pod);
+    }
+
+    #[test]
+    fn the_pod_is_selected_by_the_clusters_selector_and_the_managed_selector() {
+        let cluster = AppCluster::new("appcluster-sample", Default::default());
+        let pod = pod(&cluster, OwnerReference::default());
+        let labels = pod.labels();
+        for selector in [selector(&cluster), crate::reconcile::managed_selector()] {
+            let (key, value) = selector.split_once('=').expect("key=value");
+            assert_eq!(
+                labels.get(key).map(String::as_str),
+                Some(value),
+                "{selector}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_ready_condition_that_is_true_makes_a_pod_ready() {
+        let with_conditions = |conditions: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": { "name": "p" },
+                "status": { "phase": "Running", "conditions": conditions }
+            }))
+            .expect("a Pod")
+        };
+        let cases = [
+            ("no conditions", with_conditions(json!([])), false),
+            (
+                "Ready True",
+                with_conditions(json!([
+                    { "type": "PodScheduled", "status": "True" },
+                    { "type": "Ready", "status": "True" }
+                ])),
+                true,
+            ),
+            (
+                "Ready False",
+                with_conditions(json!([{ "type": "Ready", "status": "False" }])),
+                false,
+            ),
+            (
+                "Ready Unknown",
+                with_conditions(json!([{ "type": "Ready", "status": "Unknown" }])),
+                false,
+            ),
+            (
+                "containers ready, Pod not",
+                with_conditions(json!([
+                    { "type": "ContainersReady", "status": "True" },
+                    { "type": "Ready", "status": "False" }
+                ])),
+                false,
+            ),
+            ("no status", Pod::default(), false),
+        ];
+        for (case, pod, ready) in cases {
+            assert_eq!(is_ready(&pod), ready, "{case}");
+        }
+    }
+
+    #[test]
+    fn the_removal_order_is_not_ready_first_then_newest_then_last_name() {
+        let pods = [
+            pod_at("ready-old", 10, true),
+            pod_at("unready-old", 11, false),
+            pod_at("ready-new", 30, true),
+            pod_at("unready-new", 31, false),
+            pod_at("ready-mid-a", 20, true),
+            pod_at("ready-mid-b", 20, true),
+        ];
+        let all = surplus(pods.iter().collect(), pods.len());
+        assert_eq!(
+            names(all),
+            [
+                "unready-new",
+                "unready-old",
+                "ready-new",
+                "ready-mid-b",
+                "ready-mid-a",
+                "ready-old"
+            ]
+        );
+        // The order does not depend on the order the cache listed them in.
+        let reversed = surplus(pods.iter().rev().collect(), 3);
+        assert_eq!(names(reversed), ["unready-new", "unready-old", "ready-new"]);
+    }
+
+    #[test]
+    fn surplus_removes_at_most_count_pods() {
+        let pods = [pod_at("a", 1, true), pod_at("b", 2, false)];
+        assert!(surplus(pods.iter().collect(), 0).is_empty());
+        assert_eq!(names(surplus(pods.iter().collect(), 1)), ["b"]);
+        assert_eq!(names(surplus(pods.iter().collect(), 5)), ["b", "a"]);
     }
 }

@@ -38,3 +38,75 @@ pub fn hpa(app: &MyApp, owner: OwnerReference) -> Option<HorizontalPodAutoscaler
         status: None,
     })
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+mod tests {
+    use super::super::labels::tests::{full_app, minimal_app, owner};
+    use super::*;
+
+    #[test]
+    fn no_hpa_without_autoscaling() {
+        let app = minimal_app();
+        assert_eq!(hpa(&app, owner(&app)), None);
+    }
+
+    #[test]
+    fn no_hpa_while_autoscaling_is_disabled() {
+        let mut app = full_app();
+        if let Some(scaling) = app.spec.auto_scaling.as_mut() {
+            scaling.enabled = false;
+        }
+        assert!(app.spec.auto_scaling.is_some());
+        assert_eq!(hpa(&app, owner(&app)), None);
+    }
+
+    #[test]
+    fn full_hpa() {
+        let app = full_app();
+        let hpa = hpa(&app, owner(&app));
+        assert!(hpa.is_some(), "autoscaling is enabled");
+        insta::assert_yaml_snapshot!("full", hpa);
+    }
+
+    #[test]
+    fn the_hpa_scales_the_apps_deployment_within_its_bounds() {
+        let app = full_app();
+        let spec = hpa(&app, owner(&app))
+            .and_then(|h| h.spec)
+            .expect("an HPA spec");
+        let deployment = super::super::deployment(&app, owner(&app));
+        let target = &spec.scale_target_ref;
+        assert_eq!(
+            (
+                target.api_version.as_deref(),
+                target.kind.as_str(),
+                Some(target.name.as_str())
+            ),
+            (
+                Some("apps/v1"),
+                "Deployment",
+                deployment.metadata.name.as_deref()
+            )
+        );
+        assert_eq!((spec.min_replicas, spec.max_replicas), (Some(2), 10));
+        let metrics = spec.metrics.unwrap_or_default();
+        let targets: Vec<_> = metrics
+            .iter()
+            .filter_map(|m| m.resource.as_ref())
+            .map(|r| {
+                (
+                    r.name.as_str(),
+                    r.target.type_.as_str(),
+                    r.target.average_utilization,
+                )
+            })
+            .collect();
+        assert_eq!(targets, [("cpu", "Utilization", Some(70))]);
+    }
+}

@@ -91,3 +91,371 @@ pub fn status(
         selector: Some(selector_string(app)),
     }
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+mod tests {
+    use app_operator_api::conditions::{Condition, DEGRADED};
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    use super::super::labels::tests::minimal_app;
+    use super::*;
+
+    fn time(seconds: i64) -> Time {
+        Time(Timestamp::constant(seconds, 0))
+    }
+
+    /// A MyApp asking for 3 replicas, at generation 2.
+    fn app() -> MyApp {
+        let mut app = minimal_app();
+        app.spec.replicas = 3;
+        app.metadata.generation = Some(2);
+        app
+    }
+
+    /// The Deployment as the watch shows it. `generation`/`observed` are the Deployment's own
+    /// generation and the one its controller last observed; `spec_replicas` is what it is asked
+    /// for (the MyApp's replicas, or the HPA's choice), the rest are its status counts.
+    struct Seen {
+        generation: i64,
+        observed: i64,
+        spec_replicas: i32,
+        replicas: i32,
+        updated: i32,
+        ready: i32,
+        available: i32,
+    }
+
+    fn deployment(seen: Seen) -> Deployment {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": { "name": "web", "namespace": "demo", "generation": seen.generation },
+            "spec": {
+                "replicas": seen.spec_replicas,
+                "selector": { "matchLabels": { "app.kubernetes.io/name": "web" } },
+                "template": { "spec": { "containers": [{ "name": "app" }] } }
+            },
+            "status": {
+                "observedGeneration": seen.observed,
+                "replicas": seen.replicas,
+                "updatedReplicas": seen.updated,
+                "readyReplicas": seen.ready,
+                "availableReplicas": seen.available
+            }
+        }))
+        .expect("a Deployment")
+    }
+
+    /// A Deployment at generation 1 that observed it, asked for `spec_replicas`, with `ready` of
+    /// them ready and all of them updated.
+    fn rolled(spec_replicas: i32, ready: i32) -> Deployment {
+        deployment(Seen {
+            generation: 1,
+            observed: 1,
+            spec_replicas,
+            replicas: spec_replicas,
+            updated: spec_replicas,
+            ready,
+            available: ready,
+        })
+    }
+
+    fn conflict() -> Error {
+        Error::Conflict {
+            kind: "Service".into(),
+            name: "web".into(),
+        }
+    }
+
+    fn apply_forbidden() -> Error {
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+            "reason": "Forbidden",
+            "message": "deployments.apps \"web\" is forbidden: exceeded quota: compute"
+        }))
+        .expect("a Status");
+        Error::Apply {
+            kind: "Deployment".into(),
+            name: "web".into(),
+            source: kube::Error::Api(status.boxed()),
+        }
+    }
+
+    fn condition<'a>(status: &'a MyAppStatus, type_: &str) -> &'a Condition {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no {type_} condition in {status:?}"))
+    }
+
+    struct Case {
+        name: &'static str,
+        deployment: Option<Deployment>,
+        error: Option<Error>,
+        /// (status, reason) of Ready, Progressing, Degraded.
+        ready: (&'static str, &'static str),
+        progressing: (&'static str, &'static str),
+        degraded: (&'static str, &'static str),
+        ready_replicas: i32,
+        available_replicas: i32,
+        /// Ready's message (its start, when there is an error).
+        message: &'static str,
+    }
+
+    const NOT_READY: (&str, &str) = ("False", "ReplicasNotReady");
+    const ROLLING_OUT: (&str, &str) = ("True", "RollingOut");
+    const HEALTHY: (&str, &str) = ("False", "ReconcileSuccess");
+
+    #[test]
+    fn conditions_across_a_rollout() {
+        let cases = [
+            Case {
+                name: "no Deployment yet",
+                deployment: None,
+                error: None,
+                ready: NOT_READY,
+                progressing: ROLLING_OUT,
+                degraded: HEALTHY,
+                ready_replicas: 0,
+                available_replicas: 0,
+                message: "0 of 3 replicas ready",
+            },
+            Case {
+                name: "Deployment with 0 of 3 ready",
+                deployment: Some(rolled(3, 0)),
+                error: None,
+                ready: NOT_READY,
+                progressing: ROLLING_OUT,
+                degraded: HEALTHY,
+                ready_replicas: 0,
+                available_replicas: 0,
+                message: "0 of 3 replicas ready",
+            },
+            Case {
+                name: "2 of 3 ready",
+                deployment: Some(rolled(3, 2)),
+                error: None,
+                ready: NOT_READY,
+                progressing: ROLLING_OUT,
+                degraded: HEALTHY,
+                ready_replicas: 2,
+                available_replicas: 2,
+                message: "2 of 3 replicas ready",
+            },
+            Case {
+                name: "old replicas ready, 1 of 3 updated",
+                deployment: Some(deployment(Seen {
+                    generation: 2,
+                    observed: 2,
+                    spec_replicas: 3,
+                    replicas: 4,
+                    updated: 1,
+                    ready: 3,
+                    available: 3,
+                })),
+                error: None,
+                ready: NOT_READY,
+                progressing: ROLLING_OUT,
+                degraded: HEALTHY,
+                ready_replicas: 3,
+                available_replicas: 3,
+                message: "3 of 3 replicas ready",
+            },
+            Case {
+                name: "all updated and ready, an old replica still there",
+                deployment: Some(deployment(Seen {
+                    generation: 2,
+                    observed: 2,
+                    spec_replicas: 3,
+                    replicas: 4,
+                    updated: 3,
+                    ready: 3,
+                    available: 3,
+                })),
+                error: None,
+                ready: NOT_READY,
+                progressing: ROLLING_OUT,
+                degraded: HEALTHY,
+                ready_replicas: 3,
+                available_replicas: 3,
+                message: "3 of 3 replicas ready",
+            },
+            Case {
+                name: "all ready, but the Deployment's new generation not yet observed",
+                deployment: Some(deployment(Seen {
+                    generation: 3,
+                    observed: 2,
+                    spec_replicas: 3,
+                    replicas: 3,
+                    updated: 3,
+                    ready: 3,
+                    available: 3,
+                })),
+                error: None,
+                ready: NOT_READY,
+                progressing: ROLLING_OUT,
+                degraded: HEALTHY,
+                ready_replicas: 3,
+                available_replicas: 3,
+                message: "3 of 3 replicas ready",
+            },
+            Case {
+                name: "all ready, observedGeneration matching",
+                deployment: Some(rolled(3, 3)),
+                error: None,
+                ready: ("True", "DeploymentReady"),
+                progressing: ("False", "RolloutComplete"),
+                degraded: HEALTHY,
+                ready_replicas: 3,
+                available_replicas: 3,
+                message: "3 of 3 replicas ready",
+            },
+            Case {
+                name: "all ready, but a child conflicts",
+                deployment: Some(rolled(3, 3)),
+                error: Some(conflict()),
+                ready: ("False", "ChildConflict"),
+                progressing: ("False", "ChildConflict"),
+                degraded: ("True", "ChildConflict"),
+                ready_replicas: 3,
+                available_replicas: 3,
+                message: "Service web already exists and is not controlled by this resource; it is left alone (delete or rename it to let the operator manage it)",
+            },
+            Case {
+                name: "no Deployment, its apply refused",
+                deployment: None,
+                error: Some(apply_forbidden()),
+                ready: ("False", "ApplyFailed"),
+                progressing: ("False", "ApplyFailed"),
+                degraded: ("True", "ApplyFailed"),
+                ready_replicas: 0,
+                available_replicas: 0,
+                message: "applying Deployment web: ",
+            },
+            Case {
+                name: "HPA scaled up to 5: 3 ready is not enough",
+                deployment: Some(rolled(5, 3)),
+                error: None,
+                ready: NOT_READY,
+                progressing: ROLLING_OUT,
+                degraded: HEALTHY,
+                ready_replicas: 3,
+                available_replicas: 3,
+                message: "3 of 5 replicas ready",
+            },
+            Case {
+                name: "HPA scaled down to 2: 2 ready is enough",
+                deployment: Some(rolled(2, 2)),
+                error: None,
+                ready: ("True", "DeploymentReady"),
+                progressing: ("False", "RolloutComplete"),
+                degraded: HEALTHY,
+                ready_replicas: 2,
+                available_replicas: 2,
+                message: "2 of 2 replicas ready",
+            },
+        ];
+        let app = app();
+        for case in cases {
+            let name = case.name;
+            let status = status(
+                &app,
+                case.deployment.as_ref(),
+                case.error.as_ref(),
+                &time(100),
+            );
+            let got = |type_| {
+                let c = condition(&status, type_);
+                (c.status.as_str(), c.reason.as_str())
+            };
+            assert_eq!(got(READY), case.ready, "{name}: Ready");
+            assert_eq!(got(PROGRESSING), case.progressing, "{name}: Progressing");
+            assert_eq!(got(DEGRADED), case.degraded, "{name}: Degraded");
+            assert_eq!(status.ready_replicas, case.ready_replicas, "{name}");
+            assert_eq!(status.available_replicas, case.available_replicas, "{name}");
+            let message = &condition(&status, READY).message;
+            match &case.error {
+                Some(error) => {
+                    // The error's own text (its source's text is kube's to format).
+                    assert!(message.starts_with(case.message), "{name}: {message}");
+                    assert_eq!(*message, error.to_string(), "{name}");
+                    assert_eq!(
+                        condition(&status, DEGRADED).message,
+                        error.to_string(),
+                        "{name}"
+                    );
+                }
+                None => {
+                    assert_eq!(message, case.message, "{name}");
+                    assert_eq!(
+                        condition(&status, PROGRESSING).message,
+                        case.message,
+                        "{name}"
+                    );
+                    assert_eq!(
+                        condition(&status, DEGRADED).message,
+                        "all children applied",
+                        "{name}"
+                    );
+                }
+            }
+            assert_eq!(status.observed_generation, Some(2), "{name}");
+            let types: Vec<_> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
+            assert_eq!(types, [READY, PROGRESSING, DEGRADED], "{name}");
+            assert!(
+                status
+                    .conditions
+                    .iter()
+                    .all(|c| c.observed_generation == Some(2)),
+                "{name}: the conditions observed the MyApp's generation"
+            );
+            assert_eq!(
+                status.selector.as_deref(),
+                Some("app.kubernetes.io/instance=web,app.kubernetes.io/name=web"),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_transition_time_moves_only_when_a_condition_flips() {
+        let mut app = app();
+        let transitions = |status: &MyAppStatus| {
+            [READY, PROGRESSING, DEGRADED]
+                .map(|t| condition(status, t).last_transition_time.clone())
+        };
+
+        let created = status(&app, None, None, &time(10));
+        assert_eq!(transitions(&created), [time(10), time(10), time(10)]);
+        app.status = Some(MyAppStatus {
+            last_update_time: Some(time(11)),
+            ..created
+        });
+
+        // Still rolling out: nothing flips, however the counts and messages change.
+        let rolling = status(&app, Some(&rolled(3, 1)), None, &time(20));
+        assert_eq!(transitions(&rolling), [time(10), time(10), time(10)]);
+        assert_eq!(rolling.ready_replicas, 1);
+        assert_eq!(rolling.last_update_time, Some(time(11)));
+        app.status = Some(rolling);
+
+        // Rolled out: Ready and Progressing flip, Degraded stays False.
+        let done = status(&app, Some(&rolled(3, 3)), None, &time(30));
+        assert_eq!(transitions(&done), [time(30), time(30), time(10)]);
+        app.status = Some(done);
+
+        // A conflict: Ready and Degraded flip, Progressing stays False (with another reason).
+        let failed = status(&app, Some(&rolled(3, 3)), Some(&conflict()), &time(40));
+        assert_eq!(transitions(&failed), [time(40), time(30), time(40)]);
+        assert_eq!(condition(&failed, PROGRESSING).reason, "ChildConflict");
+        assert_eq!(failed.last_update_time, Some(time(11)));
+    }
+}
