@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use app_operator::api::{AppCluster, MyApp};
-use app_operator::manager::metrics::requests_by_method;
 use app_operator::manager::served_port;
+use app_operator::telemetry::metrics::requests_by_method;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};

@@ -4,6 +4,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{Condition, conditions_schema};
+use crate::validation::LABEL_VALUE_NAME_RULE;
 
 /// AppClusterSpec defines the desired state of AppCluster.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -25,6 +26,9 @@ use crate::conditions::{Condition, conditions_schema};
         spec_replicas_path = ".spec.size",
         status_replicas_path = ".status.ready",
         label_selector_path = ".status.selector"
+    ),
+    validation = Rule::new(LABEL_VALUE_NAME_RULE).message(
+        "metadata.name must be at most 63 characters: it is the value of the AppCluster's Pods' app label"
     )
 )]
 pub struct AppClusterSpec {

@@ -6,7 +6,8 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{Condition, conditions_schema};
-use crate::validation::{ENV_NAME_PATTERN, IMAGE_PATTERN, QUANTITY_PATTERN};
+use crate::requests_within_limits;
+use crate::validation::{DNS_1035_NAME_RULE, ENV_NAME_PATTERN, IMAGE_PATTERN, QUANTITY_PATTERN};
 
 /// MyAppSpec defines the desired state of MyApp.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -31,6 +32,9 @@ use crate::validation::{ENV_NAME_PATTERN, IMAGE_PATTERN, QUANTITY_PATTERN};
         spec_replicas_path = ".spec.replicas",
         status_replicas_path = ".status.readyReplicas",
         label_selector_path = ".status.selector"
+    ),
+    validation = Rule::new(DNS_1035_NAME_RULE).message(
+        "metadata.name must be at most 63 characters of lowercase letters, digits and '-', start with a letter and end with a letter or digit (a DNS-1035 label): it names the MyApp's Service"
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -76,6 +80,10 @@ fn default_port() -> i32 {
 
 /// ResourceRequirements defines the compute resources.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(
+    validation = Rule::new(requests_within_limits!("cpu")).message("resources.requests.cpu must be less than or equal to resources.limits.cpu"),
+    validation = Rule::new(requests_within_limits!("memory")).message("resources.requests.memory must be less than or equal to resources.limits.memory")
+)]
 pub struct ResourceRequirements {
     /// Limits describes the maximum amount of compute resources allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]

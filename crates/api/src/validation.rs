@@ -10,3 +10,33 @@ pub const QUANTITY_PATTERN: &str = r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]
 
 /// A C-identifier-like environment variable name, as Kubernetes validates `env[].name`.
 pub const ENV_NAME_PATTERN: &str = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$";
+
+/// CEL: the object's name is a DNS-1035 label, as a Service name must be.
+pub const DNS_1035_NAME_RULE: &str =
+    "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
+
+/// CEL: the object's name fits in a label value (object names already use only its characters).
+pub const LABEL_VALUE_NAME_RULE: &str = "self.metadata.name.size() <= 63";
+
+/// CEL on a `resources` object: `requests.<resource>` is at most `limits.<resource>` (compared as
+/// quantities, so `500m` <= `1`); unset or malformed values are left to the other checks.
+#[macro_export]
+macro_rules! requests_within_limits {
+    ($resource:literal) => {
+        concat!(
+            "!has(self.requests) || !has(self.limits) || !has(self.requests.",
+            $resource,
+            ") || !has(self.limits.",
+            $resource,
+            ") || !isQuantity(self.requests.",
+            $resource,
+            ") || !isQuantity(self.limits.",
+            $resource,
+            ") || quantity(self.requests.",
+            $resource,
+            ").compareTo(quantity(self.limits.",
+            $resource,
+            ")) <= 0"
+        )
+    };
+}

@@ -269,6 +269,12 @@ async fn start_all(
                 ("tls-private-key-file", &apiserver_key),
                 ("client-ca-file", &ca_crt),
                 ("authorization-mode", "Node,RBAC"),
+                // As OpenShift has it: setting blockOwnerDeletion on a child needs `update` on
+                // the owner's finalizers, so a missing RBAC rule fails the tests here too.
+                (
+                    "enable-admission-plugins",
+                    "OwnerReferencesPermissionEnforcement",
+                ),
                 (
                     "service-account-issuer",
                     "https://kubernetes.default.svc.cluster.local",

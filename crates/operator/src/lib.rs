@@ -4,5 +4,6 @@ pub mod controllers;
 pub mod manager;
 pub mod manifests;
 pub mod reconcile;
+pub mod telemetry;
 
 pub use app_operator_api as api;

@@ -3,17 +3,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use app_operator::manager::leader::LeaderElection;
 use app_operator::manager::{self, ControllerKind, Options};
 use clap::{Parser, Subcommand, ValueEnum};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
-use tokio_util::sync::CancellationToken;
-
-/// In-flight reconciles get this long after SIGTERM: less than the default 10 s grace period.
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(7);
 
 #[derive(Parser)]
 #[command(
@@ -158,37 +151,8 @@ fn init_logging(format: LogFormat, level: &str) {
     }
 }
 
-/// The client configuration, after checking the API server answers.
-async fn client_config(kubeconfig: Option<&PathBuf>) -> Result<Config, String> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
-        }
-        None => Config::infer()
-            .await
-            .map_err(|e| format!("no Kubernetes configuration found: {e}"))?,
-    };
-    let server = config.cluster_url.clone();
-    let client = Client::try_from(config.clone())
-        .map_err(|e| format!("building the Kubernetes client: {e}"))?;
-    // Fail fast and clearly when the API server cannot be reached, instead of retrying watches forever.
-    match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
-        Ok(Ok(_)) => Ok(config),
-        Ok(Err(error)) => Err(format!(
-            "cannot reach the Kubernetes API server at {server}: {error}"
-        )),
-        Err(_) => Err(format!(
-            "cannot reach the Kubernetes API server at {server}: timed out after 10s"
-        )),
-    }
-}
-
 async fn run(args: RunArgs) -> Result<(), String> {
-    let config = client_config(args.kubeconfig.as_ref()).await?;
+    let config = manager::connect(args.kubeconfig.as_deref()).await?;
     let options = Options {
         namespace: Some(args.watch_namespace).filter(|n| !n.is_empty()),
         controllers: args.controllers,
@@ -196,73 +160,13 @@ async fn run(args: RunArgs) -> Result<(), String> {
         metrics_address: args.metrics_bind_address.0,
         health_address: args.health_probe_bind_address.0,
         metrics_secure: args.metrics_secure,
-        metrics_cert_dir: args.metrics_cert_dir.clone(),
+        metrics_cert_dir: args.metrics_cert_dir,
         leader_election: args.leader_elect.then(|| {
             let namespace = args
                 .leader_election_namespace
-                .clone()
-                .unwrap_or_else(own_namespace);
-            LeaderElection::new(args.leader_election_id.clone(), namespace, identity())
+                .unwrap_or_else(manager::own_namespace);
+            LeaderElection::new(args.leader_election_id, namespace, manager::identity())
         }),
     };
-    tracing::info!(controllers = ?options.controllers, namespace = ?options.namespace, "starting manager");
-    let shutdown = CancellationToken::new();
-    let signalled = shutdown.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("Stopping and waiting for in-flight reconciles");
-        signalled.cancel();
-    });
-    let manager = manager::run(config, options, shutdown.clone());
-    tokio::pin!(manager);
-    tokio::select! {
-        result = &mut manager => result.map_err(|e| e.to_string()),
-        () = async { shutdown.cancelled().await; tokio::time::sleep(SHUTDOWN_TIMEOUT).await } => {
-            tracing::warn!("in-flight reconciles did not finish in {SHUTDOWN_TIMEOUT:?}; exiting");
-            Ok(())
-        }
-    }
-}
-
-/// The namespace this Pod runs in (from its service account), else `default`.
-fn own_namespace() -> String {
-    std::env::var("POD_NAMESPACE")
-        .ok()
-        .or_else(|| {
-            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
-        })
-        .map(|n| n.trim().to_owned())
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "default".into())
-}
-
-/// A leader election identity unique to this process: host name (the Pod name in a cluster) and
-/// a random suffix, as client-go uses.
-fn identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("{host}_{:08x}{:08x}", std::process::id(), nanos)
-}
-
-async fn wait_for_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
+    manager::run_until_signalled(config, options).await
 }

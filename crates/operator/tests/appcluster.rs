@@ -11,19 +11,13 @@
 
 mod support;
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
 use app_operator::api::AppCluster;
 use app_operator::manager::ControllerKind;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::{TIMEOUT, rejection};
+use support::{PodCount, TIMEOUT, rejection};
 use testkit::{TestNamespace, eventually, kubectl_ok, object};
 
 const SAMPLE: &str = concat!(
@@ -116,31 +110,8 @@ async fn scaling_0_to_50_never_overshoots_and_50_to_3_settles_at_3() {
         .await
         .unwrap();
 
-    // A watcher counts every Pod that exists (terminating ones included) and keeps the maximum.
-    let existing = Arc::new(Mutex::new(HashSet::<String>::new()));
-    let most = Arc::new(AtomicUsize::new(0));
-    let watch = {
-        let (existing, most) = (existing.clone(), most.clone());
-        let pods = ns.api::<Pod>();
-        tokio::spawn(async move {
-            let events =
-                watcher(pods, watcher::Config::default().labels("app=big")).default_backoff();
-            futures::pin_mut!(events);
-            while let Some(Ok(event)) = events.next().await {
-                let mut set = existing.lock().unwrap();
-                match event {
-                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
-                        set.insert(pod.name_any());
-                    }
-                    watcher::Event::Delete(pod) => {
-                        set.remove(&pod.name_any());
-                    }
-                    _ => {}
-                }
-                most.fetch_max(set.len(), Ordering::SeqCst);
-            }
-        })
-    };
+    // A watch that has synced before the first change counts the Pods that are not terminating.
+    let count = PodCount::start(ns.api::<Pod>(), "app=big").await;
 
     let scale = |size: i32| {
         let clusters = clusters.clone();
@@ -155,15 +126,19 @@ async fn scaling_0_to_50_never_overshoots_and_50_to_3_settles_at_3() {
     scale(50).await;
     settled(&ns, "big", 50).await;
     assert!(
-        most.load(Ordering::SeqCst) <= 50,
+        count.most() <= 50,
         "{} pods existed at once for size 50",
-        most.load(Ordering::SeqCst)
+        count.most()
     );
 
+    count.reset_fewest();
     scale(3).await;
     settled(&ns, "big", 3).await;
-    watch.abort();
-    assert!(most.load(Ordering::SeqCst) <= 50);
+    assert_eq!(
+        count.fewest(),
+        3,
+        "scaling down to 3 must never leave fewer than 3 pods"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,4 +174,55 @@ async fn kubectl_scale_works_and_a_negative_size_is_rejected() {
         .delete("appcluster-sample", &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// A large size is reached in passes of at most 500 creates, each starting small (slow start),
+/// and never with a Pod too many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_0_to_2000_creates_in_bounded_passes() {
+    let ns = TestNamespace::new("appcluster-burst").await;
+    let _operator = support::start(&ns, &[ControllerKind::Appcluster]).await;
+    let count = PodCount::start(ns.api::<Pod>(), "app=huge").await;
+    let cluster: AppCluster = object(json!({
+        "apiVersion": "demo.demo.io/v1", "kind": "AppCluster", "metadata": { "name": "huge" }, "spec": { "size": 2000 }
+    }));
+    ns.api::<AppCluster>()
+        .create(&Default::default(), &cluster)
+        .await
+        .unwrap();
+    eventually(
+        std::time::Duration::from_secs(240),
+        "2000 pods of huge ready",
+        || async {
+            let ready = ns.api::<AppCluster>().get("huge").await.ok()?.status?.ready;
+            (ready == 2000).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        count.most() <= 2000,
+        "{} pods existed at once",
+        count.most()
+    );
+    // Each pass announces what it created: "Created N pod(s) for size 2000".
+    let events = ns.api::<k8s_openapi::api::events::v1::Event>();
+    let list = events.list(&ListParams::default()).await.unwrap();
+    let passes: Vec<usize> = list
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("PodsCreated"))
+        .filter_map(|e| {
+            let note = e.note.as_deref()?;
+            note.strip_prefix("Created ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(passes.iter().sum::<usize>(), 2000, "passes {passes:?}");
+    assert!(
+        passes.len() >= 4 && passes.iter().all(|n| *n <= 500),
+        "creates must come in passes of at most 500: {passes:?}"
+    );
 }

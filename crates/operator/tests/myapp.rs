@@ -262,6 +262,217 @@ async fn autoscaling_hands_replicas_to_an_hpa_and_disabling_it_takes_them_back()
     deployment_replicas(&deployments, "web", 1).await;
 }
 
+/// Turning autoscaling on for a running MyApp hands `replicas` to the HPA without a dip: server-
+/// side apply would reset a field that its only manager stops applying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enabling_autoscaling_keeps_the_current_replicas_until_the_hpa_acts() {
+    let ns = TestNamespace::new("myapp-handover").await;
+    let _operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let apps = ns.api::<MyApp>();
+    let deployments = ns.api::<Deployment>();
+    apps.create(
+        &PostParams::default(),
+        &my_app("web", json!({ "replicas": 5, "image": "nginx:1.27" })),
+    )
+    .await
+    .unwrap();
+    wait_ready(&apps, "web", 5).await;
+
+    // Every value of spec.replicas the Deployment takes from here on, from a synced watch.
+    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i32>::new()));
+    let watch = tokio::spawn({
+        let seen = seen.clone();
+        let deployments = deployments.clone();
+        async move {
+            let mut synced = Some(synced_tx);
+            let events = watcher(deployments, watcher::Config::default()).default_backoff();
+            futures::pin_mut!(events);
+            while let Some(Ok(event)) = events.next().await {
+                match event {
+                    watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
+                        if let Some(replicas) = d.spec.and_then(|s| s.replicas) {
+                            seen.lock().unwrap().push(replicas);
+                        }
+                    }
+                    watcher::Event::InitDone => {
+                        if let Some(tx) = synced.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    });
+    synced_rx.await.unwrap();
+    let on = json!({ "spec": { "autoScaling": { "enabled": true, "minReplicas": 2, "maxReplicas": 10 } } });
+    apps.patch("web", &PatchParams::default(), &Patch::Merge(&on))
+        .await
+        .unwrap();
+    let hpas = ns.api::<HorizontalPodAutoscaler>();
+    eventually(TIMEOUT, "the HPA to exist", || async {
+        hpas.get_opt("web").await.ok().flatten()
+    })
+    .await;
+    // The HPA controller syncs every 15 s: watch through more than one of its passes.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let ours = deployments.get("web").await.unwrap();
+    let fields = ours
+        .managed_fields()
+        .iter()
+        .find(|f| f.manager.as_deref() == Some("app-operator"))
+        .map(|f| serde_json::to_string(&f.fields_v1).unwrap())
+        .unwrap();
+    assert!(
+        !fields.contains("f:replicas"),
+        "app-operator must not own spec.replicas while autoscaling: {fields}"
+    );
+    {
+        let seen = seen.lock().unwrap();
+        assert!(
+            !seen.is_empty() && seen.iter().all(|r| *r >= 5),
+            "spec.replicas went below 5 while the HPA took over: {seen:?}"
+        );
+    }
+
+    // Disabling autoscaling hands replicas back to the MyApp.
+    let off = json!({ "spec": { "replicas": 3, "autoScaling": { "enabled": false, "maxReplicas": 10 } } });
+    apps.patch("web", &PatchParams::default(), &Patch::Merge(&off))
+        .await
+        .unwrap();
+    deployment_replicas(&deployments, "web", 3).await;
+    wait_ready(&apps, "web", 3).await;
+    watch.abort();
+}
+
+/// Names a MyApp's Service or labels cannot carry are refused at apply, with the schema's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_a_service_cannot_have_are_refused_by_kubectl_apply() {
+    let ns = TestNamespace::new("myapp-names").await;
+    support::install_crds().await;
+    let long = format!("a{}", "b".repeat(63));
+    for name in ["web.v2", "1web", long.as_str()] {
+        let manifest =
+            serde_json::to_string(&my_app_json(name, json!({ "image": "nginx" }))).unwrap();
+        let path = std::env::temp_dir().join(format!("{}-{}.json", ns.name, name.len()));
+        std::fs::write(&path, manifest).unwrap();
+        let output = testkit::kubectl(&["apply", "-n", &ns.name, "-f", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{name} was accepted");
+        assert!(
+            stderr.contains("metadata.name must be at most 63 characters")
+                && stderr.contains("DNS-1035 label"),
+            "{name}: {stderr}"
+        );
+    }
+}
+
+/// A child the API server refuses as invalid (422) is a permanent error: Degraded with the API
+/// server's own message, a Warning, and no further request until the MyApp changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_refused_as_invalid_waits_for_a_change_of_the_myapp() {
+    let ns = TestNamespace::new("myapp-refused").await;
+    support::install_crds().await;
+    let policy = format!("refuse-{}", ns.name);
+    let manifests = json!({ "apiVersion": "v1", "kind": "List", "items": [
+        { "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+          "metadata": { "name": policy },
+          "spec": { "failurePolicy": "Fail",
+            "matchConstraints": { "resourceRules": [{ "apiGroups": [""], "apiVersions": ["v1"],
+               "operations": ["CREATE", "UPDATE"], "resources": ["services"] }] },
+            "validations": [{ "expression": "!object.metadata.name.startsWith('refused')",
+               "message": "services named refused* are not allowed here", "reason": "Invalid" }] } },
+        { "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+          "metadata": { "name": policy },
+          "spec": { "policyName": policy, "validationActions": ["Deny"],
+            "matchResources": { "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": ns.name } } } } }
+    ]});
+    let path = std::env::temp_dir().join(format!("{}-policy.json", ns.name));
+    std::fs::write(&path, manifests.to_string()).unwrap();
+    kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
+    // Policies take effect asynchronously: wait until a Service of that name is refused.
+    let services = ns.api::<Service>();
+    let probe: Service = object(json!({ "metadata": { "name": "refused-probe" },
+        "spec": { "ports": [{ "port": 80 }] } }));
+    eventually(
+        TIMEOUT,
+        "the admission policy to refuse Services",
+        || async {
+            match services.create(&PostParams::default(), &probe).await {
+                Err(kube::Error::Api(status)) if status.code == 422 => Some(()),
+                Ok(_) => {
+                    let _ = services
+                        .delete("refused-probe", &DeleteParams::default())
+                        .await;
+                    None
+                }
+                Err(_) => None,
+            }
+        },
+    )
+    .await;
+
+    let operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let apps = ns.api::<MyApp>();
+    apps.create(
+        &PostParams::default(),
+        &my_app("refused", json!({ "image": "nginx:1.27" })),
+    )
+    .await
+    .unwrap();
+    let degraded = eventually(TIMEOUT, "MyApp refused Degraded", || async {
+        let status = apps.get("refused").await.ok()?.status?;
+        status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == DEGRADED && c.status == "True")
+    })
+    .await;
+    assert!(
+        degraded
+            .message
+            .contains("services named refused* are not allowed here")
+            && !degraded.message.contains("Status {"),
+        "{}",
+        degraded.message
+    );
+    let warnings = ns.api::<k8s_openapi::api::events::v1::Event>();
+    eventually(TIMEOUT, "a Warning event", || async {
+        let list = warnings.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("ApplyFailed")
+            })
+            .then_some(())
+    })
+    .await;
+    // The Deployment's own progress wakes the controller; it sends nothing for this MyApp.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let requests = || {
+        ["GET", "POST", "PUT", "PATCH", "DELETE"]
+            .map(|m| operator.metrics.api_requests(m))
+            .iter()
+            .sum::<u64>()
+    };
+    let before = requests();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(requests(), before, "requests while waiting for a change");
+
+    // The policy goes and the MyApp changes: it converges.
+    kubectl_ok(&["delete", "-f", path.to_str().unwrap()]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    apps.patch(
+        "refused",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "spec": { "port": 8081 } })),
+    )
+    .await
+    .unwrap();
+    wait_ready(&apps, "refused", 1).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_on_the_deployment_and_the_service_is_reverted() {
     let ns = TestNamespace::new("myapp-drift").await;
@@ -444,6 +655,14 @@ async fn the_api_server_rejects_invalid_myapps_with_the_schemas_message() {
             json!({ "image": "nginx", "env": [{ "name": "A", "value": "x", "valueFrom": { "configMapKeyRef": { "name": "c", "key": "k" } } }] }),
             "exactly one of value or valueFrom must be set",
         ),
+        (
+            json!({ "image": "nginx", "resources": { "requests": { "cpu": "1500m" }, "limits": { "cpu": "1" } } }),
+            "resources.requests.cpu must be less than or equal to resources.limits.cpu",
+        ),
+        (
+            json!({ "image": "nginx", "resources": { "requests": { "memory": "1Gi" }, "limits": { "memory": "512Mi" } } }),
+            "resources.requests.memory must be less than or equal to resources.limits.memory",
+        ),
     ];
     for (spec, expected) in cases {
         let bad: kube::core::DynamicObject = object(my_app_json("bad", spec.clone()));
@@ -455,6 +674,14 @@ async fn the_api_server_rejects_invalid_myapps_with_the_schemas_message() {
             error.message
         );
     }
+    // Requests equal to or below limits in other units are fine.
+    let within = json!({ "image": "nginx", "resources": { "requests": { "cpu": "500m", "memory": "256Mi" }, "limits": { "cpu": "1", "memory": "1Gi" } } });
+    apps.create(
+        &PostParams::default(),
+        &object(my_app_json("within", within)),
+    )
+    .await
+    .unwrap();
     // A digest and an underscore are valid images (the seed's pattern refused them).
     let digest = "registry.example.com/team_a/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     ns.api::<MyApp>()

@@ -45,10 +45,15 @@ async fn deployment_pods_are_scheduled_on_the_kwok_node_and_become_ready() {
 
     let ready = eventually(TIMEOUT, "deployment web readyReplicas == 2", || async {
         let d = deployments.get("web").await.ok()?;
-        (d.status?.ready_replicas? == 2).then_some(())
+        let status = d.status?;
+        (status.ready_replicas? == 2).then_some(status)
     })
     .await;
-    assert_eq!(ready, ());
+    assert_eq!(
+        (ready.replicas, ready.available_replicas),
+        (Some(2), Some(2)),
+        "both replicas of web exist and are available"
+    );
 
     let pods = ns
         .api::<Pod>()

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use kube::Client;
 use tower::{Layer, Service};
 
-use super::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 
 /// A client whose every request is counted in `rest_client_requests_total`.
 pub fn counted_client(config: kube::Config, metrics: &Arc<Metrics>) -> Result<Client, kube::Error> {

@@ -3,11 +3,9 @@
 
 mod client_metrics;
 pub mod leader;
-pub mod metrics;
-mod process;
-pub mod readiness;
 mod secure;
 mod server;
+mod startup;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,11 +16,13 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::controllers::{self, Settings};
+use crate::controllers;
+use crate::reconcile::runner::Settings;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::readiness::Readiness;
 pub use client_metrics::counted_client;
-use metrics::Metrics;
-use readiness::Readiness;
 pub use server::served_port;
+pub use startup::{connect, identity, own_namespace, run_until_signalled};
 
 /// The controllers this binary can run (`--controllers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -11,8 +11,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
-use super::metrics::Metrics;
-use super::readiness::Readiness;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::readiness::Readiness;
 
 /// Binds `address` (port 0 picks a free port) and logs the address actually served.
 pub async fn bind(address: SocketAddr, what: &'static str) -> Result<TcpListener, Error> {

@@ -1,14 +1,20 @@
-//! Per-object exponential backoff for failed reconciles (controller-runtime's
-//! ItemExponentialFailureRateLimiter): each failure doubles the delay, a success resets it.
+//! Per-object exponential backoff (controller-runtime's ItemExponentialFailureRateLimiter): each
+//! failure doubles the delay, a success or the object's deletion resets it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct Backoff {
     base: Duration,
     max: Duration,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Mutex<HashMap<String, Failures>>,
+}
+
+struct Failures {
+    count: u32,
+    /// No new attempt before this.
+    not_before: Instant,
 }
 
 impl Default for Backoff {
@@ -26,28 +32,41 @@ impl Backoff {
         }
     }
 
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Failures>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Records a failure of `key` and returns how long to wait before retrying it.
     pub fn failed(&self, key: &str) -> Duration {
-        let mut failures = self
-            .failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let count = failures.entry(key.to_owned()).or_insert(0);
+        let mut failures = self.entries();
+        let entry = failures.entry(key.to_owned()).or_insert(Failures {
+            count: 0,
+            not_before: Instant::now(),
+        });
         let delay = self
             .base
-            .saturating_mul(2u32.saturating_pow(*count))
+            .saturating_mul(2u32.saturating_pow(entry.count))
             .min(self.max);
-        *count = count.saturating_add(1);
+        entry.count = entry.count.saturating_add(1);
+        entry.not_before = Instant::now() + delay;
         delay
     }
 
-    /// Forgets the failures of `key` after a success.
-    pub fn succeeded(&self, key: &str) {
-        let mut failures = self
-            .failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        failures.remove(key);
+    /// How long `key` must still wait after its last failure (`None`: it may go now).
+    pub fn remaining(&self, key: &str) -> Option<Duration> {
+        let failures = self.entries();
+        let left = failures
+            .get(key)?
+            .not_before
+            .saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// Forgets the failures of `key`: after a success, or when the object is gone.
+    pub fn reset(&self, key: &str) {
+        self.entries().remove(key);
     }
 }
 
@@ -61,7 +80,24 @@ mod tests {
         let delays: Vec<u64> = (0..5).map(|_| backoff.failed("ns/a").as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 5, 5]);
         assert_eq!(backoff.failed("ns/b").as_secs(), 1, "keys are independent");
-        backoff.succeeded("ns/a");
+        backoff.reset("ns/a");
         assert_eq!(backoff.failed("ns/a").as_secs(), 1);
+    }
+
+    #[test]
+    fn a_failed_key_waits_until_its_delay_has_passed() {
+        let backoff = Backoff::new(Duration::from_millis(30), Duration::from_secs(5));
+        assert_eq!(backoff.remaining("ns/a"), None);
+        backoff.failed("ns/a");
+        assert!(backoff.remaining("ns/a").is_some());
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(backoff.remaining("ns/a"), None);
+        backoff.failed("ns/a");
+        backoff.reset("ns/a");
+        assert_eq!(
+            backoff.remaining("ns/a"),
+            None,
+            "a reset key may go at once"
+        );
     }
 }

@@ -13,32 +13,51 @@ pub enum Error {
     )]
     Conflict { kind: String, name: String },
 
-    #[error("reading {kind} {name}: {source}")]
+    #[error("reading {kind} {name}: {}", api_message(source))]
     Get {
         kind: String,
         name: String,
         source: kube::Error,
     },
 
-    #[error("applying {kind} {name}: {source}")]
+    #[error("applying {kind} {name}: {}", api_message(source))]
     Apply {
         kind: String,
         name: String,
         source: kube::Error,
     },
 
-    #[error("deleting {kind} {name}: {source}")]
+    #[error("deleting {kind} {name}: {}", api_message(source))]
     Delete {
         kind: String,
         name: String,
         source: kube::Error,
     },
 
-    #[error("creating a Pod: {source}")]
+    #[error("creating a Pod: {}", api_message(source))]
     CreatePod { source: kube::Error },
 
-    #[error("writing status: {source}")]
+    #[error("writing status: {}", api_message(source))]
     Status { source: kube::Error },
+
+    #[error("updating the finalizers: {}", api_message(source))]
+    Finalizer { source: kube::Error },
+
+    #[error(
+        "{kind} {name} cannot be changed in place ({message}); it is left as it is until the change is undone"
+    )]
+    ImmutableFieldChanged {
+        kind: String,
+        name: String,
+        message: String,
+    },
+
+    /// A deletion's cleanup cannot go on until a person acts; `message` says how to unblock it.
+    #[error("{message}")]
+    CleanupBlocked {
+        reason: &'static str,
+        message: String,
+    },
 
     #[error("encoding a child object: {0}")]
     Encode(#[source] serde_json::Error),
@@ -59,22 +78,64 @@ impl Error {
             Error::Status { .. } => "StatusUpdateFailed",
             Error::Encode(_) => "EncodeFailed",
             Error::MissingMetadata(_) => "InvalidObject",
+            Error::Finalizer { .. } => "FinalizerUpdateFailed",
+            Error::CleanupBlocked { reason, .. } => reason,
+            Error::ImmutableFieldChanged { .. } => "ImmutableFieldChanged",
         }
+    }
+
+    /// The API server's refusal, if that is what this error is.
+    fn api_status(&self) -> Option<&kube::core::Status> {
+        let source = match self {
+            Error::Get { source, .. }
+            | Error::Apply { source, .. }
+            | Error::Delete { source, .. }
+            | Error::CreatePod { source }
+            | Error::Status { source }
+            | Error::Finalizer { source } => source,
+            Error::Conflict { .. }
+            | Error::Encode(_)
+            | Error::MissingMetadata(_)
+            | Error::CleanupBlocked { .. }
+            | Error::ImmutableFieldChanged { .. } => return None,
+        };
+        match source {
+            kube::Error::Api(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// Whether retrying cannot help until the object changes: the API server refused what was
+    /// sent as invalid (400, 422: a name or value the child kind does not accept, a changed
+    /// immutable field), or a person must act. Everything else (409, 429, 5xx, timeouts, a
+    /// foreign object in the way) is transient and retried with backoff.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::Encode(_)
+            | Error::MissingMetadata(_)
+            | Error::CleanupBlocked { .. }
+            | Error::ImmutableFieldChanged { .. } => true,
+            _ => self
+                .api_status()
+                .is_some_and(|status| matches!(status.code, 400 | 422)),
+        }
+    }
+
+    /// Whether the API server refused a change of an immutable field (a Job's template, a
+    /// StatefulSet's volumeClaimTemplates, an immutable ConfigMap's data).
+    pub fn is_immutable_field(&self) -> bool {
+        self.api_status().is_some_and(|status| {
+            status.code == 422
+                && (status.message.contains("field is immutable")
+                    || status.message.contains("Forbidden: updates to"))
+        })
     }
 
     /// Whether the API server refused the request because the object's namespace is being
     /// deleted (client-go's `HasStatusCause(err, NamespaceTerminatingCause)`). Nothing can be
     /// created there any more, and the object itself is about to go, so retrying is pointless.
     pub fn is_namespace_terminating(&self) -> bool {
-        let source = match self {
-            Error::Get { source, .. }
-            | Error::Apply { source, .. }
-            | Error::Delete { source, .. }
-            | Error::CreatePod { source }
-            | Error::Status { source } => source,
-            Error::Conflict { .. } | Error::Encode(_) | Error::MissingMetadata(_) => return false,
-        };
-        let kube::Error::Api(status) = source else {
+        let Some(status) = self.api_status() else {
             return false;
         };
         status.details.as_ref().is_some_and(|details| {
@@ -91,11 +152,69 @@ impl Error {
     }
 }
 
+/// What the API server said (its message, written for people), or the client's own error.
+pub fn api_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kube::core::Status;
 
     use super::Error;
+
+    fn refused(code: u16, message: &str) -> Error {
+        let status: Status = serde_json::from_value(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+            "message": message,
+        }))
+        .expect("a Status");
+        Error::Apply {
+            kind: "Service".into(),
+            name: "web".into(),
+            source: kube::Error::Api(status.boxed()),
+        }
+    }
+
+    #[test]
+    fn refusals_as_invalid_are_permanent_the_rest_transient() {
+        for code in [400, 422] {
+            assert!(refused(code, "invalid").is_permanent(), "{code}");
+        }
+        for code in [403, 404, 409, 429, 500, 503, 504] {
+            assert!(!refused(code, "try again").is_permanent(), "{code}");
+        }
+        let conflict = Error::Conflict {
+            kind: "Service".into(),
+            name: "web".into(),
+        };
+        assert!(!conflict.is_permanent(), "a foreign object may be removed");
+    }
+
+    #[test]
+    fn messages_are_the_api_servers_not_a_debug_dump() {
+        let error = refused(
+            422,
+            "Service \"1web\" is invalid: metadata.name: Invalid value",
+        );
+        assert_eq!(
+            error.to_string(),
+            "applying Service web: Service \"1web\" is invalid: metadata.name: Invalid value"
+        );
+    }
+
+    #[test]
+    fn an_immutable_field_refusal_is_recognised() {
+        let error = refused(
+            422,
+            "Job.batch \"init\" is invalid: spec.template: Invalid value: field is immutable",
+        );
+        assert!(error.is_immutable_field());
+        assert!(!refused(422, "metadata.name: Invalid value").is_immutable_field());
+    }
 
     /// An apply refused the way the NamespaceLifecycle admission plugin refuses it, with `cause`.
     fn apply_refused(cause: &str) -> Error {

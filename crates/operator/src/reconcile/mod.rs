@@ -1,10 +1,13 @@
-//! What every controller shares: server-side apply, ownership checks, conditions, errors,
-//! per-object backoff and event publishing.
+//! What every controller shares: the controller runner, the child set (server-side apply with an
+//! ownership guard, and pruning), the finalizer helper, conditions, errors, per-object backoff.
 
 pub mod apply;
 pub mod backoff;
+pub mod children;
 pub mod conditions;
 pub mod error;
+pub mod finalizer;
+pub mod runner;
 pub mod written;
 
 pub use error::Error;

@@ -41,10 +41,7 @@ impl WrittenStatuses {
     /// based on, just does not show it yet. Once the cache has another version the write is
     /// forgotten: from then on the cached status is the truth (our write, or a newer change).
     pub fn awaiting_cache(&self, key: &str, version: Option<&str>, status: Fingerprint) -> bool {
-        let mut by_object = self
-            .by_object
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut by_object = self.lock();
         match by_object.get(key) {
             Some(written) if Some(written.based_on.as_str()) == version => written.status == status,
             Some(_) => {
@@ -55,15 +52,23 @@ impl WrittenStatuses {
         }
     }
 
+    /// Forgets `key` (the object is gone).
+    pub fn forget(&self, key: &str) {
+        self.lock().remove(key);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        self.by_object
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Records that `status` was written for `key`, whose cached version was `version`.
     pub fn wrote(&self, key: String, version: Option<&str>, status: Fingerprint) {
         let Some(version) = version else {
             return;
         };
-        let mut by_object = self
-            .by_object
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut by_object = self.lock();
         by_object.insert(
             key,
             Written {

@@ -13,9 +13,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use app_operator::manager::metrics::Metrics;
-use app_operator::manager::readiness::Readiness;
 use app_operator::manager::{ControllerKind, Options, counted_client, start_controllers};
+use app_operator::telemetry::metrics::Metrics;
+use app_operator::telemetry::readiness::Readiness;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::Status;
@@ -114,4 +114,89 @@ pub fn condition(
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// Counts the Pods matching a label selector that exist and are not terminating, from a watch
+/// that has synced before [`PodCount::start`] returns: the most seen at once, and the fewest
+/// since the last [`PodCount::reset_fewest`].
+pub struct PodCount {
+    state: Arc<std::sync::Mutex<PodCountState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct PodCountState {
+    live: std::collections::HashSet<String>,
+    most: usize,
+    fewest: Option<usize>,
+}
+
+impl PodCount {
+    pub async fn start(pods: Api<k8s_openapi::api::core::v1::Pod>, selector: &str) -> PodCount {
+        use futures::StreamExt;
+        use kube::ResourceExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let state = Arc::new(std::sync::Mutex::new(PodCountState::default()));
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn({
+            let state = state.clone();
+            let config = watcher::Config::default().labels(selector);
+            async move {
+                let mut synced = Some(synced_tx);
+                let events = watcher(pods, config).default_backoff();
+                futures::pin_mut!(events);
+                while let Some(Ok(event)) = events.next().await {
+                    let mut state = state.lock().unwrap();
+                    match event {
+                        watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                            if pod.metadata.deletion_timestamp.is_some() {
+                                state.live.remove(&pod.name_any());
+                            } else {
+                                state.live.insert(pod.name_any());
+                            }
+                        }
+                        watcher::Event::Delete(pod) => {
+                            state.live.remove(&pod.name_any());
+                        }
+                        watcher::Event::InitDone => {
+                            if let Some(tx) = synced.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                        watcher::Event::Init => {}
+                    }
+                    let live = state.live.len();
+                    state.most = state.most.max(live);
+                    state.fewest = Some(state.fewest.map_or(live, |f| f.min(live)));
+                }
+            }
+        });
+        tokio::time::timeout(TIMEOUT, synced_rx)
+            .await
+            .expect("the Pod watch to sync")
+            .expect("the Pod watch task");
+        PodCount { state, task }
+    }
+
+    /// The most non-terminating Pods seen at once.
+    pub fn most(&self) -> usize {
+        self.state.lock().unwrap().most
+    }
+
+    /// The fewest non-terminating Pods seen since the last reset.
+    pub fn fewest(&self) -> usize {
+        let state = self.state.lock().unwrap();
+        state.fewest.unwrap_or(state.live.len())
+    }
+
+    pub fn reset_fewest(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.fewest = Some(state.live.len());
+    }
+}
+
+impl Drop for PodCount {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

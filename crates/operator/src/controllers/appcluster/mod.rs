@@ -1,18 +1,17 @@
 //! The AppCluster controller: `size` Pods made directly, replaced when deleted or failed, removed
 //! on scale-down, never more than `size` (expectations), garbage-collected with the AppCluster.
+//! Creates go out in slow-start batches (1, 2, 4, …, at most [`BURST`] a pass), and Pods that keep
+//! failing are replaced with growing delays, as the ReplicaSet and DaemonSet controllers do.
 
 mod expectations;
 mod pods;
 mod status;
 
-pub use pods::{is_ready, pod, surplus};
-pub use status::status;
+pub use pods::pod;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-
 use std::time::Duration;
-use tracing::Instrument;
 
 use app_operator_api::AppCluster;
 use futures::{StreamExt, stream};
@@ -20,196 +19,230 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 
 use self::expectations::{Expectations, Seen};
-use self::pods::{is_active, is_finished};
-use super::{Common, Settings, child_cache, drain, key, log_start, primary_cache, reconcile_span};
+use self::pods::{is_active, is_finished, is_ready, surplus};
+use self::status::status;
 use crate::reconcile::Error;
 use crate::reconcile::apply::{controller_reference, is_controlled_by};
+use crate::reconcile::backoff::Backoff;
+use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, key};
 
 pub const NAME: &str = "appcluster";
 
-/// How many Pod creates or deletes one reconcile has in flight at once.
-const POD_WRITES_IN_FLIGHT: usize = 32;
+/// The most Pods one pass creates (the ReplicaSet controller's `burstReplicas`): a size of
+/// 10 000 is reached over several passes, each waiting for the cache to show the last one.
+pub const BURST: usize = 500;
 
-struct Context {
-    common: Common,
-    pods: Store<Pod>,
-    expectations: Expectations,
-}
+/// How many Pod deletes one reconcile has in flight at once.
+const DELETES_IN_FLIGHT: usize = 32;
 
 pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (clusters, cluster_events) = primary_cache::<AppCluster>(&settings, NAME);
-    let (pods, pod_events) = child_cache(&settings, NAME);
-    let controller = Controller::for_stream(cluster_events, clusters)
-        .owns_stream(pod_events)
-        .with_config(controller::Config::default().concurrency(settings.concurrency))
-        .graceful_shutdown_on(shutdown);
-    let context = Arc::new(Context {
-        common: Common::new(NAME, &settings),
-        pods,
+    let mut runner = Runner::<AppCluster>::new(NAME, &settings);
+    let reconciler = AppClusterReconciler {
+        pods: runner.owns(),
         expectations: Expectations::default(),
-    });
-    log_start(NAME, &settings);
-    drain(controller.run(reconcile, error_policy, context)).await;
-    tracing::info!(controller = NAME, "Stopped Controller");
-}
-
-async fn reconcile(cluster: Arc<AppCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let span = reconcile_span(NAME, cluster.as_ref());
-    reconcile_object(cluster, ctx).instrument(span).await
-}
-
-async fn reconcile_object(cluster: Arc<AppCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let _timer = ctx.common.metrics.reconcile_started(NAME);
-    let object_key = key(cluster.as_ref());
-    let namespace = cluster
-        .namespace()
-        .ok_or(Error::MissingMetadata("namespace"))?;
-    let uid = cluster.uid().ok_or(Error::MissingMetadata("uid"))?;
-    if cluster.meta().deletion_timestamp.is_some() {
-        ctx.expectations.forget(&object_key);
-        return Ok(Action::await_change());
-    }
-    let owned: Vec<Arc<Pod>> = ctx
-        .pods
-        .state()
-        .into_iter()
-        .filter(|pod| {
-            pod.namespace().as_deref() == Some(namespace.as_str())
-                && is_controlled_by(pod.as_ref(), &uid)
-        })
-        .collect();
-    let by_name: HashMap<String, &Pod> = owned
-        .iter()
-        .map(|pod| (pod.name_any(), pod.as_ref()))
-        .collect();
-    let synced = ctx
-        .expectations
-        .satisfied(&object_key, |name| match by_name.get(name) {
-            Some(pod) if pod.metadata.deletion_timestamp.is_none() => Seen::Present,
-            _ => Seen::Gone,
-        });
-    let active: Vec<&Pod> = owned
-        .iter()
-        .map(Arc::as_ref)
-        .filter(|pod| is_active(pod))
-        .collect();
-    let ready = active.iter().filter(|pod| is_ready(pod)).count();
-
-    // Act only on a cache that reflects our own last writes; otherwise wait for their events.
-    let outcome = if synced {
-        scale(&cluster, &namespace, &owned, &active, &ctx).await
-    } else {
-        Ok(())
+        failed_pods: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
     };
-
-    let now = Time(Timestamp::now());
-    let desired = status(&cluster, active.len(), ready, outcome.as_ref().err(), &now);
-    // Pending expectations resolve through Pod events; the requeue is only a safety net.
-    let then = if synced {
-        Action::await_change()
-    } else {
-        Action::requeue(Duration::from_secs(10))
-    };
-    ctx.common
-        .conclude(
-            cluster.as_ref(),
-            cluster.status.as_ref(),
-            desired,
-            |_| {},
-            outcome,
-            then,
-        )
-        .await
+    runner.run(reconciler, shutdown).await;
 }
 
-fn error_policy(cluster: Arc<AppCluster>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.common.retry(cluster.as_ref(), error)
+struct AppClusterReconciler {
+    pods: Store<Pod>,
+    expectations: Expectations,
+    /// Per AppCluster: replacing Pods that failed waits longer after each round.
+    failed_pods: Backoff,
 }
 
-/// Deletes finished Pods, then creates or deletes Pods until `size` are active, recording each
-/// write as an expectation before the next reconcile may act.
-async fn scale(
-    cluster: &AppCluster,
-    namespace: &str,
-    owned: &[Arc<Pod>],
-    active: &[&Pod],
-    ctx: &Context,
-) -> Result<(), Error> {
-    let object_key = key(cluster);
-    let api: Api<Pod> = Api::namespaced(ctx.common.client.clone(), namespace);
-    let size = usize::try_from(cluster.spec.size).unwrap_or(0);
-    let finished: Vec<&Pod> = owned
-        .iter()
-        .map(Arc::as_ref)
-        .filter(|pod| is_finished(pod))
-        .collect();
-    let to_delete: Vec<&Pod> = if active.len() > size {
-        finished
+impl Reconciler for AppClusterReconciler {
+    type Object = AppCluster;
+
+    async fn reconcile(&self, cluster: &AppCluster, shared: &Shared) -> Result<Action, Error> {
+        let object_key = key(cluster);
+        let namespace = cluster
+            .namespace()
+            .ok_or(Error::MissingMetadata("namespace"))?;
+        let uid = cluster.uid().ok_or(Error::MissingMetadata("uid"))?;
+        if cluster.meta().deletion_timestamp.is_some() {
+            // Going away; the garbage collector removes its Pods.
+            return Ok(Action::await_change());
+        }
+        let owned: Vec<Arc<Pod>> = self
+            .pods
+            .state()
             .into_iter()
-            .chain(surplus(active.to_vec(), active.len() - size))
-            .collect()
-    } else {
-        finished
-    };
-    let missing = size.saturating_sub(active.len());
+            .filter(|pod| {
+                pod.namespace().as_deref() == Some(namespace.as_str())
+                    && is_controlled_by(pod.as_ref(), &uid)
+            })
+            .collect();
+        let by_name: HashMap<String, &Pod> = owned
+            .iter()
+            .map(|pod| (pod.name_any(), pod.as_ref()))
+            .collect();
+        let synced = self
+            .expectations
+            .satisfied(&object_key, |name| match by_name.get(name) {
+                Some(pod) if pod.metadata.deletion_timestamp.is_none() => Seen::Present,
+                _ => Seen::Gone,
+            });
+        let active: Vec<&Pod> = owned
+            .iter()
+            .map(Arc::as_ref)
+            .filter(|pod| is_active(pod))
+            .collect();
+        let ready = active.iter().filter(|pod| is_ready(pod)).count();
 
-    let deleted = delete_pods(&api, to_delete.iter().map(|pod| pod.name_any()).collect()).await;
-    ctx.expectations.add(
-        &object_key,
-        [],
-        deleted.iter().filter_map(|r| r.as_ref().ok().cloned()),
-    );
-    let owner = controller_reference(cluster).ok_or(Error::MissingMetadata("uid"))?;
-    let template = pod(cluster, owner);
-    let created: Vec<Result<String, Error>> = stream::iter(0..missing)
-        .map(|_| {
-            let api = api.clone();
-            let template = template.clone();
-            async move {
-                let pod = api
-                    .create(&PostParams::default(), &template)
-                    .await
-                    .map_err(|source| Error::CreatePod { source })?;
-                Ok(pod.name_any())
-            }
-        })
-        .buffer_unordered(POD_WRITES_IN_FLIGHT)
-        .collect()
-        .await;
-    ctx.expectations.add(
-        &object_key,
-        created.iter().filter_map(|r| r.as_ref().ok().cloned()),
-        [],
-    );
+        // Act only on a cache that reflects our own last writes; otherwise wait for their events
+        // (the requeue is only a safety net).
+        let (outcome, then) = if synced {
+            self.scale(cluster, &namespace, &owned, &active, shared)
+                .await
+        } else {
+            (Ok(()), Action::requeue(Duration::from_secs(10)))
+        };
 
-    let counts = [
-        (
-            created.iter().filter(|r| r.is_ok()).count(),
-            "PodsCreated",
-            "Created",
-        ),
-        (
-            deleted.iter().filter(|r| r.is_ok()).count(),
-            "PodsDeleted",
-            "Deleted",
-        ),
-    ];
-    for (count, reason, verb) in counts.into_iter().filter(|(count, _, _)| *count > 0) {
-        let note = format!("{verb} {count} pod(s) for size {size}");
-        ctx.common
-            .publish(cluster, EventType::Normal, reason, "Scale", note)
-            .await;
+        let now = Time(Timestamp::now());
+        let desired = status(cluster, active.len(), ready, outcome.as_ref().err(), &now);
+        shared
+            .write_status(cluster, cluster.status.as_ref(), desired, |_| {}, outcome)
+            .await
+            .map(|()| then)
     }
-    created
-        .into_iter()
-        .chain(deleted)
-        .try_for_each(|r| r.map(|_| ()))
+
+    fn forget(&self, key: &str) {
+        self.expectations.forget(key);
+        self.failed_pods.reset(key);
+    }
+}
+
+impl AppClusterReconciler {
+    /// Deletes finished Pods (unless they keep failing and wait their turn), then creates or
+    /// deletes Pods until `size` are active, recording each write as an expectation before the
+    /// next reconcile may act.
+    async fn scale(
+        &self,
+        cluster: &AppCluster,
+        namespace: &str,
+        owned: &[Arc<Pod>],
+        active: &[&Pod],
+        shared: &Shared,
+    ) -> (Result<(), Error>, Action) {
+        let object_key = key(cluster);
+        let api: Api<Pod> = Api::namespaced(shared.client.clone(), namespace);
+        let size = usize::try_from(cluster.spec.size).unwrap_or(0);
+        let finished: Vec<&Pod> = owned
+            .iter()
+            .map(Arc::as_ref)
+            .filter(|pod| is_finished(pod))
+            .collect();
+        let mut then = Action::await_change();
+        let (replaced, waiting) = match self.failed_pods.remaining(&object_key) {
+            Some(delay) if !finished.is_empty() => {
+                then = Action::requeue(delay);
+                (Vec::new(), finished.len())
+            }
+            _ => (finished, 0),
+        };
+        if !replaced.is_empty() {
+            self.failed_pods.failed(&object_key);
+        } else if waiting == 0 && active.len() == size && active.iter().all(|p| is_ready(p)) {
+            self.failed_pods.reset(&object_key);
+        }
+        let to_delete: Vec<String> = if active.len() > size {
+            replaced
+                .into_iter()
+                .chain(surplus(active.to_vec(), active.len() - size))
+                .map(ResourceExt::name_any)
+                .collect()
+        } else {
+            replaced.into_iter().map(ResourceExt::name_any).collect()
+        };
+        let missing = size.saturating_sub(active.len() + waiting);
+
+        let deleted = delete_pods(&api, to_delete).await;
+        self.expectations.add(
+            &object_key,
+            [],
+            deleted.iter().filter_map(|r| r.as_ref().ok().cloned()),
+        );
+        let Some(owner) = controller_reference(cluster) else {
+            return (Err(Error::MissingMetadata("uid")), then);
+        };
+        let template = pod(cluster, owner);
+        let created = create_pods(&api, &template, missing.min(BURST)).await;
+        self.expectations.add(
+            &object_key,
+            created.iter().filter_map(|r| r.as_ref().ok().cloned()),
+            [],
+        );
+
+        let counts = [
+            (
+                created.iter().filter(|r| r.is_ok()).count(),
+                "PodsCreated",
+                "Created",
+            ),
+            (
+                deleted.iter().filter(|r| r.is_ok()).count(),
+                "PodsDeleted",
+                "Deleted",
+            ),
+        ];
+        for (count, reason, verb) in counts.into_iter().filter(|(count, _, _)| *count > 0) {
+            let note = format!("{verb} {count} pod(s) for size {size}");
+            shared
+                .publish(cluster, EventType::Normal, reason, "Scale", note)
+                .await;
+        }
+        let outcome = created
+            .into_iter()
+            .chain(deleted)
+            .try_for_each(|r| r.map(|_| ()));
+        (outcome, then)
+    }
+}
+
+/// Batch sizes for creating `count` Pods: 1, 2, 4, … (the ReplicaSet controller's slow start),
+/// the last one what is left. A failing batch stops the rest, so a quota or a refusing webhook
+/// costs a few requests, not `count`.
+pub fn slow_start_batches(count: usize) -> Vec<usize> {
+    let mut batches = Vec::new();
+    let (mut left, mut next) = (count, 1usize);
+    while left > 0 {
+        let batch = next.min(left);
+        batches.push(batch);
+        left -= batch;
+        next = next.saturating_mul(2);
+    }
+    batches
+}
+
+/// Creates `count` Pods from `template` in slow-start batches; stops after a batch with a failure.
+async fn create_pods(api: &Api<Pod>, template: &Pod, count: usize) -> Vec<Result<String, Error>> {
+    let mut results = Vec::with_capacity(count);
+    for batch in slow_start_batches(count) {
+        let created: Vec<Result<String, Error>> = stream::iter(0..batch)
+            .map(|_| async {
+                api.create(&PostParams::default(), template)
+                    .await
+                    .map(|pod| pod.name_any())
+                    .map_err(|source| Error::CreatePod { source })
+            })
+            .buffer_unordered(batch)
+            .collect()
+            .await;
+        let failed = created.iter().any(Result::is_err);
+        results.extend(created);
+        if failed {
+            break;
+        }
+    }
+    results
 }
 
 /// Deletes `pods`; a Pod already gone counts as deleted.
@@ -226,7 +259,22 @@ async fn delete_pods(api: &Api<Pod>, names: Vec<String>) -> Vec<Result<String, E
                 }),
             }
         })
-        .buffer_unordered(POD_WRITES_IN_FLIGHT)
+        .buffer_unordered(DELETES_IN_FLIGHT)
         .collect()
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_start_doubles_and_ends_with_the_rest() {
+        assert_eq!(slow_start_batches(0), Vec::<usize>::new());
+        assert_eq!(slow_start_batches(1), [1]);
+        assert_eq!(slow_start_batches(10), [1, 2, 4, 3]);
+        let burst = slow_start_batches(BURST);
+        assert_eq!(burst, [1, 2, 4, 8, 16, 32, 64, 128, 245]);
+        assert_eq!(burst.iter().sum::<usize>(), BURST);
+    }
 }

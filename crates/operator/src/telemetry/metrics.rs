@@ -10,8 +10,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::reconcile::Error;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
     pub controller: &'static str,
@@ -21,6 +19,13 @@ pub struct ControllerLabels {
 pub struct ResultLabels {
     pub controller: &'static str,
     pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectLabels {
+    pub controller: &'static str,
+    pub namespace: String,
+    pub name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,6 +57,7 @@ pub struct Metrics {
     active_workers: Family<ControllerLabels, Gauge>,
     rest_client_requests_total: Family<RequestLabels, Counter>,
     leader_election_master_status: Family<LeaseLabels, Gauge>,
+    invalid_objects: Family<ObjectLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -68,6 +74,7 @@ impl Default for Metrics {
         let active_workers = Family::<ControllerLabels, Gauge>::default();
         let rest_client_requests_total = Family::<RequestLabels, Counter>::default();
         let leader_election_master_status = Family::<LeaseLabels, Gauge>::default();
+        let invalid_objects = Family::<ObjectLabels, Gauge>::default();
         registry.register(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
@@ -110,6 +117,11 @@ impl Default for Metrics {
             "Reconciliation errors per controller and error kind",
             reconcile_errors_by_reason.clone(),
         );
+        registry.register(
+            "app_operator_invalid_objects",
+            "Stored objects that do not decode into the operator's types (1 per object), left alone until they are fixed",
+            invalid_objects.clone(),
+        );
         Metrics {
             registry,
             reconcile_total,
@@ -120,6 +132,7 @@ impl Default for Metrics {
             active_workers,
             rest_client_requests_total,
             leader_election_master_status,
+            invalid_objects,
         }
     }
 }
@@ -164,7 +177,9 @@ impl Metrics {
         }
     }
 
-    pub fn reconcile_finished(&self, controller: &'static str, error: Option<&Error>) {
+    /// Counts a finished reconcile; `error` is the failure's bounded label (its kind, never its
+    /// message).
+    pub fn reconcile_finished(&self, controller: &'static str, error: Option<&'static str>) {
         let result = if error.is_some() { "error" } else { "success" };
         self.reconcile_total
             .get_or_create(&ResultLabels { controller, result })
@@ -176,9 +191,29 @@ impl Metrics {
             self.reconcile_errors_by_reason
                 .get_or_create(&ErrorLabels {
                     controller,
-                    reason: error.metric_label(),
+                    reason: error,
                 })
                 .inc();
+        }
+    }
+
+    /// Marks the object `namespace/name` of `controller` as undecodable (`true`) or fixed.
+    pub fn set_invalid(
+        &self,
+        controller: &'static str,
+        namespace: &str,
+        name: &str,
+        invalid: bool,
+    ) {
+        let labels = ObjectLabels {
+            controller,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        if invalid {
+            self.invalid_objects.get_or_create(&labels).set(1);
+        } else {
+            self.invalid_objects.remove(&labels);
         }
     }
 
