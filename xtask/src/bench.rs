@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -34,6 +34,9 @@ pub struct Options {
     pub repeat: usize,
     pub appcluster_size: i32,
     pub steady: Duration,
+    /// Create/delete cycles of the churn round (0 skips it), of `churn_size` MyApps each.
+    pub churn_cycles: usize,
+    pub churn_size: usize,
     pub output: PathBuf,
     pub kubeconfig: PathBuf,
     pub operator_binary: PathBuf,
@@ -181,9 +184,28 @@ pub struct Report {
     pub repeat: usize,
     pub myapp: Vec<MyAppRound>,
     pub appcluster: Option<AppClusterRound>,
+    pub churn: Option<ChurnRound>,
     pub peak_rss_mib: f64,
     pub cpu_seconds: f64,
     pub requests_by_method: BTreeMap<String, u64>,
+}
+
+/// MyApps created and deleted again and again: the operator's memory after each cycle. State kept
+/// per object (backoff, remembered statuses, expectations) must go with the object.
+#[derive(Serialize)]
+pub struct ChurnRound {
+    pub size: usize,
+    /// Settled RSS after each cycle's deletions, MiB.
+    pub rss_mib: Vec<f64>,
+}
+
+impl ChurnRound {
+    /// RSS after the last cycle over RSS after cycle 2 (the first cycles warm the allocator).
+    pub fn growth(&self) -> Option<f64> {
+        let second = *self.rss_mib.get(1)?;
+        let last = *self.rss_mib.last()?;
+        (second > 0.0).then(|| last / second)
+    }
 }
 
 /// The operator under test, stopped (SIGTERM via kill) when dropped.
@@ -260,6 +282,15 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
     } else {
         None
     };
+    let churn = if options.churn_cycles > 0 {
+        eprintln!(
+            "bench: churn, {} cycles of {} MyApps created and deleted",
+            options.churn_cycles, options.churn_size
+        );
+        Some(churn_round(&admin, &operator, options).await?)
+    } else {
+        None
+    };
     sampler.abort();
     let cpu_seconds = operator
         .metrics()
@@ -276,6 +307,7 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
         repeat: options.repeat,
         myapp,
         appcluster,
+        churn,
         peak_rss_mib,
         cpu_seconds,
         requests_by_method,
@@ -625,22 +657,7 @@ async fn operator_pass(
     );
     let apps: Api<MyApp> = Api::namespaced(admin.clone(), namespace);
     let before = operator.requests();
-    stream::iter(0..n)
-        .map(|i| {
-            let apps = apps.clone();
-            async move {
-                let app: MyApp = serde_json::from_value(serde_json::json!({
-                    "apiVersion": "example.com/v1", "kind": "MyApp",
-                    "metadata": { "name": format!("app-{i}") },
-                    "spec": { "replicas": 1, "image": "nginx:1.27" }
-                }))?;
-                apps.create(&PostParams::default(), &app).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(options.concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
+    create_myapps(&apps, n, options.concurrency).await?;
     wait_for(convergence_timeout(n), || async {
         (times(&ready).len() >= n).then_some(())
     })
@@ -667,6 +684,71 @@ async fn operator_pass(
         Series::from_times(r.values().copied().collect()),
         requests_per_myapp,
     ))
+}
+
+/// Creates the MyApps `app-0` … `app-{n-1}` at the client concurrency.
+async fn create_myapps(apps: &Api<MyApp>, n: usize, concurrency: usize) -> Result<()> {
+    stream::iter(0..n)
+        .map(|i| {
+            let apps = apps.clone();
+            async move {
+                let app: MyApp = serde_json::from_value(serde_json::json!({
+                    "apiVersion": "example.com/v1", "kind": "MyApp",
+                    "metadata": { "name": format!("app-{i}") },
+                    "spec": { "replicas": 1, "image": "nginx:1.27" }
+                }))?;
+                apps.create(&PostParams::default(), &app).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// `churn_cycles` times: `churn_size` MyApps created, all Ready, all deleted and gone; the
+/// operator's RSS 5 s after each cycle.
+async fn churn_round(admin: &Client, operator: &Operator, options: &Options) -> Result<ChurnRound> {
+    let namespace = "bench-churn";
+    ensure_namespace(admin, namespace).await?;
+    let apps: Api<MyApp> = Api::namespaced(admin.clone(), namespace);
+    let mut after_cycle = Vec::with_capacity(options.churn_cycles);
+    for cycle in 1..=options.churn_cycles {
+        create_myapps(&apps, options.churn_size, options.concurrency).await?;
+        let ready = wait_for(convergence_timeout(options.churn_size), || async {
+            let list = apps.list(&ListParams::default()).await.ok()?;
+            (list.items.iter().filter(|a| myapp_ready(a)).count() >= options.churn_size)
+                .then_some(())
+        })
+        .await;
+        if ready.is_none() {
+            bail!("churn cycle {cycle}: the MyApps did not all become Ready");
+        }
+        apps.delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await?;
+        let gone = wait_for(convergence_timeout(options.churn_size), || async {
+            apps.list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        })
+        .await;
+        if gone.is_none() {
+            bail!("churn cycle {cycle}: the MyApps were not all deleted");
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let rss = rss_mib(operator.metrics);
+        eprintln!("bench: churn cycle {cycle}: RSS {rss:.1} MiB");
+        after_cycle.push(rss);
+    }
+    delete_namespace(admin, namespace).await?;
+    Ok(ChurnRound {
+        size: options.churn_size,
+        rss_mib: after_cycle,
+    })
 }
 
 /// Nothing changes, so the operator should not write at all: its writes and reads over the
@@ -934,6 +1016,15 @@ pub fn markdown(report: &Report) -> String {
             seconds(round.floor_seconds),
             ratio(round.ratio_to_floor),
             round.most_pods_at_once
+        ));
+    }
+    if let Some(churn) = &report.churn {
+        text.push_str(&format!(
+            "\nChurn: {} cycles of {} MyApps created, Ready and deleted; RSS after each cycle: {} MiB; last / cycle 2 = {}.\n",
+            churn.rss_mib.len(),
+            churn.size,
+            churn.rss_mib.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(", "),
+            ratio(churn.growth()),
         ));
     }
     text.push_str(&format!(

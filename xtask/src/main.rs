@@ -66,6 +66,12 @@ enum Task {
         /// How long to watch the converged operator for writes.
         #[arg(long, default_value_t = 60)]
         steady_seconds: u64,
+        /// Create/delete cycles of the churn round (0 skips it): per-object state must not grow.
+        #[arg(long, default_value_t = 20)]
+        churn_cycles: usize,
+        /// MyApps created and deleted in each churn cycle.
+        #[arg(long, default_value_t = 500)]
+        churn_size: usize,
         #[arg(long, default_value = "target/bench")]
         output: PathBuf,
     },
@@ -142,6 +148,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             repeat,
             appcluster_size,
             steady_seconds,
+            churn_cycles,
+            churn_size,
             output,
         } => {
             let output = if output.is_relative() {
@@ -155,6 +163,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 repeat,
                 appcluster_size,
                 steady: std::time::Duration::from_secs(steady_seconds),
+                churn_cycles,
+                churn_size,
                 output,
                 kubeconfig: PathBuf::new(),
                 operator_binary: PathBuf::new(),
@@ -224,6 +234,8 @@ async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> {
         repeat: 1,
         appcluster_size: 20,
         steady: std::time::Duration::from_secs(5),
+        churn_cycles: 2,
+        churn_size: 10,
         output: repo().join("target/bench-smoke"),
         kubeconfig: kubeconfig.to_owned(),
         operator_binary: repo().join("target/debug/app-operator"),
@@ -240,6 +252,10 @@ async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> {
             cluster.operator_seconds.is_some(),
         ),
         ("never more than 20 Pods", cluster.most_pods_at_once <= 20),
+        (
+            "churn: 2 create/delete cycles measured",
+            report.churn.as_ref().is_some_and(|c| c.rss_mib.len() == 2),
+        ),
         ("chart written", options.output.join("chart.png").exists()),
     ];
     let failed: Vec<&str> = checks
