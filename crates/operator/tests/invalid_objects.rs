@@ -42,20 +42,22 @@ impl Write for Captured {
 
 async fn apply_crd(crds: &Api<CustomResourceDefinition>, crd: &CustomResourceDefinition) {
     let name = crd.metadata.name.clone().unwrap();
-    let applied = crds
-        .patch(
-            &name,
-            &PatchParams::apply("app-operator-tests").force(),
-            &Patch::Apply(crd),
-        )
-        .await
-        .unwrap();
-    let generation = applied.metadata.generation;
-    eventually(TIMEOUT, "the CRD change to be served", || async {
+    crds.patch(
+        &name,
+        &PatchParams::apply("app-operator-tests").force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .unwrap();
+    eventually(TIMEOUT, "the CRD to be Established", || async {
         let crd = crds.get(&name).await.ok()?;
-        let established = crd.status.as_ref()?.conditions.as_ref()?.iter().any(|c| {
-            c.type_ == "Established" && c.status == "True" && c.observed_generation >= generation
-        });
+        let established = crd
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
         established.then_some(())
     })
     .await;
@@ -98,10 +100,29 @@ async fn an_undecodable_myapp_is_reported_and_the_others_converge() {
         Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
     let poison: kube::core::DynamicObject = object(json!({
         "apiVersion": "example.com/v1", "kind": "MyApp", "metadata": { "name": "poison" },
-        "spec": { "image": "nginx:1.27", "replicas": "five" }
+        "spec": { "image": "nginx:1.27", "port": "eighty" }
     }));
-    raw.create(&PostParams::default(), &poison).await.unwrap();
+    // The API server serves a changed schema a moment after the CRD is updated.
+    eventually(
+        TIMEOUT,
+        "the loose schema to accept the poison object",
+        || async { raw.create(&PostParams::default(), &poison).await.ok() },
+    )
+    .await;
     apply_crd(&crds, &real).await;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let mut again = poison.clone();
+    again.metadata.name = Some("poison-again".into());
+    eventually(TIMEOUT, "the real schema to refuse it again", || async {
+        match raw.create(&dry_run, &again).await {
+            Err(kube::Error::Api(status)) if status.code == 422 => Some(()),
+            _ => None,
+        }
+    })
+    .await;
 
     let operator = support::start(&ns, &[ControllerKind::Myapp]).await;
     let apps = ns.api::<MyApp>();
@@ -153,7 +174,7 @@ async fn an_undecodable_myapp_is_reported_and_the_others_converge() {
     raw.patch(
         "poison",
         &PatchParams::default(),
-        &Patch::Merge(&json!({ "spec": { "replicas": 1 } })),
+        &Patch::Merge(&json!({ "spec": { "port": 8080 } })),
     )
     .await
     .unwrap();
