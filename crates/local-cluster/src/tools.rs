@@ -57,14 +57,17 @@ const BINARIES: &[Binary] = &[
     },
 ];
 
-/// kwok's stock "fast" stages: nodes become Ready (with lease heartbeats), Pods become Ready at
-/// once, Job Pods complete, deleted Pods go away. Taken from the pinned kwok module itself.
+/// kwok's stock stages: nodes become Ready (with lease heartbeats), Pods become Ready at once, Job
+/// Pods complete, deleted Pods go away; and a running Pod labelled
+/// `pod-container-running-failed.stage.kwok.x-k8s.io=true` fails (its container exits 1), which
+/// is how tests make a Pod crash. Taken from the pinned kwok module itself.
 const KWOK_STAGES: &[&str] = &[
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "kustomize/stage/pod/fast/pod-ready.yaml",
     "kustomize/stage/pod/fast/pod-complete.yaml",
     "kustomize/stage/pod/fast/pod-delete.yaml",
+    "kustomize/stage/pod/chaos/pod-container-running-failed.yaml",
 ];
 
 /// The built tools: `bin/` with every binary, and kwok's stage configuration.
@@ -78,8 +81,12 @@ impl Tools {
         self.dir.join("bin").join(name)
     }
 
+    /// Named after the stage list, so changing the list writes a new file instead of rebuilding
+    /// every binary.
     pub fn kwok_stages(&self) -> PathBuf {
-        self.dir.join("kwok-stages.yaml")
+        let digest = Sha256::digest(KWOK_STAGES.join("\n"));
+        let id: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        self.dir.join(format!("kwok-stages-{id}.yaml"))
     }
 
     /// The Kubernetes release the binaries are built from, e.g. `v1.35.4`.
@@ -95,10 +102,12 @@ impl Tools {
             fingerprint(sources)?
         ));
         let tools = Tools { dir };
-        if tools.dir.join("complete").exists() {
-            return Ok(tools);
+        if !tools.dir.join("complete").exists() {
+            build(sources, &tools.dir)?;
         }
-        build(sources, &tools.dir)?;
+        if !tools.kwok_stages().exists() {
+            write_kwok_stages(sources, &tools.kwok_stages())?;
+        }
         Ok(tools)
     }
 }
@@ -179,6 +188,17 @@ fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
             ],
         )?;
     }
+    let complete = partial.join("complete");
+    fs::write(&complete, "").map_err(Error::io("writing", &complete))?;
+    if dir.exists() {
+        fs::remove_dir_all(dir).map_err(Error::io("removing", dir))?;
+    }
+    fs::rename(&partial, dir).map_err(Error::io("moving into place", dir))
+}
+
+/// Copies [`KWOK_STAGES`] from the pinned kwok module into one file (written aside and renamed,
+/// so a cluster never reads half of it).
+fn write_kwok_stages(sources: &Path, out: &Path) -> Result<(), Error> {
     let kwok_dir = go(
         &sources.join("kwok"),
         &["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
@@ -189,14 +209,9 @@ fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
         stages.push_str("---\n");
         stages.push_str(&fs::read_to_string(&path).map_err(Error::io("reading", &path))?);
     }
-    let stages_path = partial.join("kwok-stages.yaml");
-    fs::write(&stages_path, stages).map_err(Error::io("writing", &stages_path))?;
-    let complete = partial.join("complete");
-    fs::write(&complete, "").map_err(Error::io("writing", &complete))?;
-    if dir.exists() {
-        fs::remove_dir_all(dir).map_err(Error::io("removing", dir))?;
-    }
-    fs::rename(&partial, dir).map_err(Error::io("moving into place", dir))
+    let partial = out.with_extension("partial");
+    fs::write(&partial, stages).map_err(Error::io("writing", &partial))?;
+    fs::rename(&partial, out).map_err(Error::io("moving into place", out))
 }
 
 /// What `make release` stamps into the Kubernetes binaries, so `kubectl version` and the API

@@ -226,3 +226,99 @@ async fn scaling_0_to_2000_creates_in_bounded_passes() {
         "creates must come in passes of at most 500: {passes:?}"
     );
 }
+
+/// A Pod that keeps crashing a moment after it became Ready (kwok's chaos stage fails every Pod
+/// this test labels) is replaced after 1 s, 2 s, 4 s, … — not in a hot loop — and the cluster
+/// recovers on its own once Pods stop crashing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let ns = TestNamespace::new("appcluster-crash").await;
+    let _operator = support::start(&ns, &[ControllerKind::Appcluster]).await;
+    let cluster: AppCluster = object(json!({
+        "apiVersion": "demo.demo.io/v1", "kind": "AppCluster", "metadata": { "name": "crashy" }, "spec": { "size": 1 }
+    }));
+    ns.api::<AppCluster>()
+        .create(&Default::default(), &cluster)
+        .await
+        .unwrap();
+
+    // Every Pod that reaches Ready gets the chaos label: kwok then fails it at once.
+    let pods = ns.api::<Pod>();
+    let crashed = std::sync::Arc::new(std::sync::Mutex::new(
+        Vec::<(String, std::time::Instant)>::new(),
+    ));
+    let crasher = tokio::spawn({
+        let (pods, crashed) = (pods.clone(), crashed.clone());
+        async move {
+            let crash = json!({ "metadata": {
+                "labels": { "pod-container-running-failed.stage.kwok.x-k8s.io": "true" },
+                "annotations": {
+                    "pod-container-running-failed.stage.kwok.x-k8s.io/delay": "0s",
+                    "pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay": "0s"
+                }
+            }});
+            let events = watcher(
+                pods.clone(),
+                watcher::Config::default().labels("app=crashy"),
+            )
+            .default_backoff()
+            .applied_objects();
+            futures::pin_mut!(events);
+            while let Some(Ok(pod)) = events.next().await {
+                let name = pod.name_any();
+                let seen = crashed.lock().unwrap().iter().any(|(n, _)| *n == name);
+                if running_and_ready(&pod) && !seen {
+                    crashed
+                        .lock()
+                        .unwrap()
+                        .push((name.clone(), std::time::Instant::now()));
+                    pods.patch(&name, &PatchParams::default(), &Patch::Merge(&crash))
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_secs(25)).await;
+    crasher.abort();
+
+    let crashed = crashed.lock().unwrap().clone();
+    // 1 + 2 + 4 + 8 s of waiting fit in 25 s, plus a Pod's start and crash each round: five or
+    // six Pods. Without a backoff each round takes well under a second.
+    assert!(
+        (3..=7).contains(&crashed.len()),
+        "{} Pods crashed in 25 s; a backoff of 1 s, 2 s, 4 s, … allows 3 to 7",
+        crashed.len()
+    );
+    let gaps: Vec<f64> = crashed
+        .windows(2)
+        .map(|pair| pair[1].1.duration_since(pair[0].1).as_secs_f64())
+        .collect();
+    assert!(
+        gaps.last().unwrap() > &(2.0 * gaps.first().unwrap()),
+        "the delay between replacements must grow: {gaps:?}"
+    );
+
+    // Pods no longer crash: the last failed one is replaced after its delay, and stays.
+    let running = eventually(
+        std::time::Duration::from_secs(90),
+        "one Running and Ready Pod after the crashes stop",
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=crashy"))
+                .await
+                .ok()?;
+            (list.items.len() == 1 && running_and_ready(&list.items[0])).then_some(list.items)
+        },
+    )
+    .await;
+    assert!(
+        crashed
+            .iter()
+            .all(|(name, _)| *name != running[0].name_any()),
+        "the Pod left running must be a replacement, not a crashed one"
+    );
+}

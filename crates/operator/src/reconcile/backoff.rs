@@ -1,5 +1,7 @@
 //! Per-object exponential backoff (controller-runtime's ItemExponentialFailureRateLimiter): each
-//! failure doubles the delay, a success or the object's deletion resets it.
+//! failure doubles the delay, a success or the object's deletion resets it. A key that has not
+//! failed for twice the cap starts over (client-go's `flowcontrol.Backoff`), for callers that have
+//! no success to report, such as Pods that crash a while after becoming Ready.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,6 +15,7 @@ pub struct Backoff {
 
 struct Failures {
     count: u32,
+    last: Instant,
     /// No new attempt before this.
     not_before: Instant,
 }
@@ -40,17 +43,23 @@ impl Backoff {
 
     /// Records a failure of `key` and returns how long to wait before retrying it.
     pub fn failed(&self, key: &str) -> Duration {
+        let now = Instant::now();
         let mut failures = self.entries();
         let entry = failures.entry(key.to_owned()).or_insert(Failures {
             count: 0,
-            not_before: Instant::now(),
+            last: now,
+            not_before: now,
         });
+        if now.saturating_duration_since(entry.last) > self.max.saturating_mul(2) {
+            entry.count = 0;
+        }
         let delay = self
             .base
             .saturating_mul(2u32.saturating_pow(entry.count))
             .min(self.max);
         entry.count = entry.count.saturating_add(1);
-        entry.not_before = Instant::now() + delay;
+        entry.last = now;
+        entry.not_before = now + delay;
         delay
     }
 
@@ -99,5 +108,14 @@ mod tests {
             None,
             "a reset key may go at once"
         );
+    }
+
+    #[test]
+    fn a_key_quiet_for_twice_the_cap_starts_over() {
+        let backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(20));
+        let delays: Vec<u128> = (0..3).map(|_| backoff.failed("ns/a").as_millis()).collect();
+        assert_eq!(delays, [10, 20, 20]);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(backoff.failed("ns/a").as_millis(), 10);
     }
 }

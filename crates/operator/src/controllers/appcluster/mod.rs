@@ -148,10 +148,10 @@ impl AppClusterReconciler {
             }
             _ => (finished, 0),
         };
+        // Replacements are not reset by a Ready Pod: a crashing container is Ready for a while
+        // before each failure. The backoff starts over after ten quiet minutes instead.
         if !replaced.is_empty() {
             self.failed_pods.failed(&object_key);
-        } else if waiting == 0 && active.len() == size && active.iter().all(|p| is_ready(p)) {
-            self.failed_pods.reset(&object_key);
         }
         let to_delete: Vec<String> = if active.len() > size {
             replaced
