@@ -3,6 +3,8 @@
 //!
 //! It never skips: without a control plane every test fails, saying how to get one.
 
+pub mod etcd;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
