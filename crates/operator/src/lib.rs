@@ -1,6 +1,7 @@
 //! app-operator: Kubernetes controllers for `MyApp`, `AppCluster` and `Sample`.
 
 pub mod controllers;
+pub mod etcd;
 pub mod manager;
 pub mod manifests;
 pub mod reconcile;
