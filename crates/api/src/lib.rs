@@ -6,6 +6,7 @@
 
 pub mod appcluster;
 pub mod conditions;
+pub mod etcdcluster;
 pub mod myapp;
 pub mod sample;
 mod validation;
@@ -14,10 +15,16 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use appcluster::{AppCluster, AppClusterSpec, AppClusterStatus};
+pub use etcdcluster::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
 pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
 pub use sample::{Sample, SampleFields};
 
 /// Every CRD this operator serves, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![MyApp::crd(), AppCluster::crd(), Sample::crd()]
+    vec![
+        MyApp::crd(),
+        AppCluster::crd(),
+        Sample::crd(),
+        EtcdCluster::crd(),
+    ]
 }

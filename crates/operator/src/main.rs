@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use app_operator::controllers::etcdcluster::address::Addressing;
 use app_operator::manager::leader::LeaderElection;
 use app_operator::manager::{self, ControllerKind, Options};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -51,8 +52,14 @@ struct RunArgs {
     #[arg(long, env = "APP_OPERATOR_WATCH_NAMESPACE", default_value = "")]
     watch_namespace: String,
     /// The controllers to run.
-    #[arg(long, env = "APP_OPERATOR_CONTROLLERS", value_delimiter = ',', default_values = ["myapp", "appcluster", "sample"])]
+    #[arg(long, env = "APP_OPERATOR_CONTROLLERS", value_delimiter = ',', default_values = ["myapp", "appcluster", "sample", "etcdcluster"])]
     controllers: Vec<ControllerKind>,
+    /// How the EtcdCluster controller reaches etcd members: `cluster-dns` (`<pod>.<cluster>.<ns>.svc`,
+    /// from inside the cluster) or `loopback` (each member on its own 127.x.y.z address, for a
+    /// control plane whose Pods run on the operator's host, such as the local one with its etcd
+    /// member runner).
+    #[arg(long, env = "APP_OPERATOR_ETCD_MEMBER_ADDRESSING", value_enum, default_value_t = Addressing::ClusterDns)]
+    etcd_member_addressing: Addressing,
     /// How many objects of one kind may be reconciled at once.
     #[arg(long, env = "APP_OPERATOR_MAX_CONCURRENT_RECONCILES", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
     max_concurrent_reconciles: u16,
@@ -167,6 +174,8 @@ async fn run(args: RunArgs) -> Result<(), String> {
                 .unwrap_or_else(manager::own_namespace);
             LeaderElection::new(args.leader_election_id, namespace, manager::identity())
         }),
+        etcd_addressing: args.etcd_member_addressing,
+        etcd_crash_after_member_add: None,
     };
     manager::run_until_signalled(config, options).await
 }

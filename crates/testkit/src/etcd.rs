@@ -73,12 +73,21 @@ pub struct EtcdProcess {
 impl EtcdProcess {
     /// Starts `etcd --data-dir=<data_dir> <args>`, its output going to `log`. Returns at once.
     pub fn spawn(args: Vec<String>, data_dir: &Path, log: &Path) -> EtcdProcess {
-        let binary = etcd_binary();
+        Self::spawn_binary(&etcd_binary(), args, data_dir, log)
+    }
+
+    /// [`EtcdProcess::spawn`] with another etcd binary (another release, for upgrades).
+    pub fn spawn_binary(
+        binary: &Path,
+        args: Vec<String>,
+        data_dir: &Path,
+        log: &Path,
+    ) -> EtcdProcess {
         let out = File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
         let err = out
             .try_clone()
             .unwrap_or_else(|e| panic!("opening {}: {e}", log.display()));
-        let child = Command::new(&binary)
+        let child = Command::new(binary)
             .arg(format!("--data-dir={}", data_dir.display()))
             .args(&args)
             .stdin(Stdio::null())
@@ -370,12 +379,29 @@ pub async fn start_cluster(size: usize) -> Vec<EtcdMember> {
     members
 }
 
-/// A plain HTTP/1.0 GET (for `/version`, `/metrics`, `/health`): the status code and body, or
-/// `None` when nothing answered within 2 s.
+/// A plain HTTP/1.0 `GET` with a 2 s deadline: the status code and body, or `None`.
 pub async fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
+    http_request(address, "GET", path, "").await
+}
+
+/// A plain HTTP/1.0 request with a JSON `body` (none when empty) and a 2 s deadline: the status
+/// code and body, or `None` when nothing answered in time.
+pub async fn http_request(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Option<(u16, String)> {
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n");
+        let request = if body.is_empty() {
+            format!("{method} {path} HTTP/1.0\r\nHost: {address}\r\n\r\n")
+        } else {
+            format!(
+                "{method} {path} HTTP/1.0\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+        };
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut answer = Vec::new();
         stream.read_to_end(&mut answer).await.ok()?;

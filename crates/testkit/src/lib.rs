@@ -4,6 +4,7 @@
 //! It never skips: without a control plane every test fails, saying how to get one.
 
 pub mod etcd;
+pub mod member_runner;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

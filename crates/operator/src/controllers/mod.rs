@@ -3,5 +3,6 @@
 //! `manager::start_controllers`.
 
 pub mod appcluster;
+pub mod etcdcluster;
 pub mod myapp;
 pub mod sample;

@@ -17,6 +17,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::controllers;
+use crate::controllers::etcdcluster::EtcdSettings;
+use crate::controllers::etcdcluster::address::Addressing;
+use crate::etcd::{EtcdGateway, GatewaySettings};
 use crate::reconcile::runner::Settings;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::readiness::Readiness;
@@ -30,13 +33,15 @@ pub enum ControllerKind {
     Myapp,
     Appcluster,
     Sample,
+    Etcdcluster,
 }
 
 impl ControllerKind {
-    pub const ALL: [ControllerKind; 3] = [
+    pub const ALL: [ControllerKind; 4] = [
         ControllerKind::Myapp,
         ControllerKind::Appcluster,
         ControllerKind::Sample,
+        ControllerKind::Etcdcluster,
     ];
 }
 
@@ -53,6 +58,11 @@ pub struct Options {
     pub metrics_cert_dir: Option<std::path::PathBuf>,
     /// Run the controllers only while holding this lease.
     pub leader_election: Option<leader::LeaderElection>,
+    /// How the EtcdCluster controller reaches etcd members.
+    pub etcd_addressing: Addressing,
+    /// Test hook: the EtcdCluster controller cancels this right after adding a member and stops
+    /// before creating its Pod, as if the process had died between the two.
+    pub etcd_crash_after_member_add: Option<CancellationToken>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +109,14 @@ pub fn start_controllers(
             ControllerKind::Myapp => tasks.spawn(controllers::myapp::run(settings, stop)),
             ControllerKind::Appcluster => tasks.spawn(controllers::appcluster::run(settings, stop)),
             ControllerKind::Sample => tasks.spawn(controllers::sample::run(settings, stop)),
+            ControllerKind::Etcdcluster => {
+                let etcd = EtcdSettings {
+                    addressing: options.etcd_addressing,
+                    client: Arc::new(EtcdGateway::new(GatewaySettings::default())),
+                    crash_after_member_add: options.etcd_crash_after_member_add.clone(),
+                };
+                tasks.spawn(controllers::etcdcluster::run(settings, etcd, stop))
+            }
         };
     }
     tasks

@@ -37,6 +37,27 @@ pub enum Error {
     #[error("creating a Pod: {}", api_message(source))]
     CreatePod { source: kube::Error },
 
+    #[error("creating {kind} {name}: {}", api_message(source))]
+    Create {
+        kind: String,
+        name: String,
+        source: kube::Error,
+    },
+
+    /// An etcd cluster refused or did not answer a call; etcd's own words are in `source`.
+    #[error("etcd: {action}: {source}")]
+    Etcd {
+        action: &'static str,
+        source: crate::etcd::EtcdError,
+    },
+
+    /// The spec holds a value the schema should have refused (it was stored under an older one).
+    #[error("{field}: {message}")]
+    InvalidSpec {
+        field: &'static str,
+        message: String,
+    },
+
     #[error("writing status: {}", api_message(source))]
     Status { source: kube::Error },
 
@@ -75,6 +96,9 @@ impl Error {
             Error::Apply { .. } => "ApplyFailed",
             Error::Delete { .. } => "DeleteFailed",
             Error::CreatePod { .. } => "PodCreateFailed",
+            Error::Create { .. } => "CreateFailed",
+            Error::Etcd { .. } => "EtcdCallFailed",
+            Error::InvalidSpec { .. } => "InvalidSpec",
             Error::Status { .. } => "StatusUpdateFailed",
             Error::Encode(_) => "EncodeFailed",
             Error::MissingMetadata(_) => "InvalidObject",
@@ -91,9 +115,12 @@ impl Error {
             | Error::Apply { source, .. }
             | Error::Delete { source, .. }
             | Error::CreatePod { source }
+            | Error::Create { source, .. }
             | Error::Status { source }
             | Error::Finalizer { source } => source,
             Error::Conflict { .. }
+            | Error::Etcd { .. }
+            | Error::InvalidSpec { .. }
             | Error::Encode(_)
             | Error::MissingMetadata(_)
             | Error::CleanupBlocked { .. }
@@ -113,6 +140,7 @@ impl Error {
         match self {
             Error::Encode(_)
             | Error::MissingMetadata(_)
+            | Error::InvalidSpec { .. }
             | Error::CleanupBlocked { .. }
             | Error::ImmutableFieldChanged { .. } => true,
             _ => self

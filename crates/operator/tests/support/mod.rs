@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use app_operator::controllers::etcdcluster::address::Addressing;
 use app_operator::manager::{ControllerKind, Options, counted_client, start_controllers};
 use app_operator::telemetry::metrics::Metrics;
 use app_operator::telemetry::readiness::Readiness;
@@ -54,6 +55,8 @@ pub async fn start(namespace: &TestNamespace, controllers: &[ControllerKind]) ->
         metrics_secure: false,
         metrics_cert_dir: None,
         leader_election: None,
+        etcd_addressing: Addressing::Loopback,
+        etcd_crash_after_member_add: None,
     };
     let readiness = Readiness::default();
     let shutdown = CancellationToken::new();

@@ -1,0 +1,195 @@
+//! `EtcdCluster` (`etcd.database.coreos.com/v1beta2`): an etcd cluster of `size` members, each a
+//! Pod the operator adds to the cluster before it starts. The coreos etcd-operator's API, so its
+//! manifests (seed 004) apply unchanged.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, PersistentVolumeClaimSpec, ResourceRequirements, Toleration,
+};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::conditions::{Condition, conditions_schema};
+
+/// The image repository of the etcd project's own releases.
+pub const DEFAULT_REPOSITORY: &str = "gcr.io/etcd-development/etcd";
+
+/// The etcd release used when `version` is not set.
+pub const DEFAULT_VERSION: &str = "3.6.16";
+
+/// Member Pods are `<name>-<10 random characters>` and their names are hostnames (DNS labels);
+/// the client Service is `<name>-client` (a DNS-1035 label).
+const NAME_RULE: &str =
+    "self.metadata.name.size() <= 52 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
+
+/// `X.Y.Z` with an optional leading `v` and pre-release, as etcd tags its releases.
+const VERSION_PATTERN: &str =
+    r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$";
+
+/// CEL: the new version is not older than the old one (the semver library normalises the `v`).
+const NO_DOWNGRADE_RULE: &str = "!isSemver(self, true) || !isSemver(oldSelf, true) || semver(self, true).compareTo(semver(oldSelf, true)) >= 0";
+
+/// CEL: the labels the operator selects its Pods by stay its own.
+const RESERVED_LABELS_RULE: &str = "!('app' in self) && self.all(k, !k.startsWith('etcd_'))";
+
+/// EtcdClusterSpec defines the desired state of an etcd cluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "etcd.database.coreos.com",
+    version = "v1beta2",
+    kind = "EtcdCluster",
+    namespaced,
+    status = "EtcdClusterStatus",
+    shortname = "etcd",
+    category = "app-operator",
+    printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyMembers"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.currentVersion"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    scale(
+        spec_replicas_path = ".spec.size",
+        status_replicas_path = ".status.size",
+        label_selector_path = ".status.selector"
+    ),
+    validation = Rule::new(NAME_RULE).message(
+        "metadata.name must be at most 52 characters of lowercase letters, digits and '-', start with a letter and end with a letter or digit: member Pods are named <name>-<10 characters> and used as hostnames"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterSpec {
+    /// Size is the number of members: 1 to 7 (an odd number tolerates the most failures).
+    #[schemars(range(min = 1, max = 7))]
+    pub size: i32,
+
+    /// Version is the etcd release the members run, e.g. `3.6.16` or `v3.6.16`. It may only go up,
+    /// one minor release at a time.
+    #[serde(default = "default_version")]
+    #[schemars(regex(pattern = VERSION_PATTERN))]
+    #[x_kube(validation = Rule::new(NO_DOWNGRADE_RULE).message("version cannot go down: etcd members cannot be downgraded by replacing their binary"))]
+    pub version: String,
+
+    /// Repository is the image repository of etcd; the image is `<repository>:v<version>`.
+    #[serde(default = "default_repository")]
+    #[schemars(length(min = 1, max = 512))]
+    pub repository: String,
+
+    /// Paused stops the operator from changing the cluster (it keeps reporting its status).
+    #[serde(default)]
+    pub paused: bool,
+
+    /// Pod is the policy for the members' Pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodPolicy>,
+}
+
+fn default_version() -> String {
+    DEFAULT_VERSION.to_owned()
+}
+
+fn default_repository() -> String {
+    DEFAULT_REPOSITORY.to_owned()
+}
+
+/// PodPolicy defines how the members' Pods are made.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPolicy {
+    /// Labels added to the members' Pods; `app` and `etcd_*` are the operator's own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new(RESERVED_LABELS_RULE).message("pod.labels must not set 'app' or labels starting with 'etcd_': the operator selects its Pods by them"))]
+    pub labels: BTreeMap<String, String>,
+
+    /// Annotations added to the members' Pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+
+    /// NodeSelector constrains the nodes the members run on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+
+    /// Tolerations of the members' Pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+
+    /// Affinity of the members' Pods, e.g. to spread them over nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+
+    /// Resources of the etcd container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// EtcdEnv is extra environment for the etcd container (e.g. `ETCD_QUOTA_BACKEND_BYTES`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub etcd_env: Vec<EnvVar>,
+
+    /// PersistentVolumeClaimSpec, when set, gives each member its own PersistentVolumeClaim for
+    /// its data, deleted with the member when the member is removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim_spec: Option<PersistentVolumeClaimSpec>,
+}
+
+/// Phase is the cluster's life stage, as the coreos operator reported it.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+pub enum EtcdClusterPhase {
+    /// The first member is not serving yet.
+    #[default]
+    Creating,
+    /// The cluster has served; it may be scaling, healing or upgrading.
+    Running,
+    /// The cluster lost every member and its data: it cannot be recovered without a backup.
+    Failed,
+}
+
+/// Members lists the members by health, as etcd reports it (not as Pod readiness does).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct MembersStatus {
+    /// Ready are the members that answer and are part of the quorum.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready: Vec<String>,
+    /// Unready are the members that do not answer, have not started, or are still learners.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unready: Vec<String>,
+}
+
+/// EtcdClusterStatus defines the observed state of an etcd cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterStatus {
+    /// Phase is Creating, Running or Failed.
+    #[serde(default)]
+    pub phase: EtcdClusterPhase,
+    /// Size is the number of members in the cluster (voting and learners).
+    #[serde(default)]
+    pub size: i32,
+    /// ReadyMembers is the number of healthy voting members.
+    #[serde(default)]
+    pub ready_members: i32,
+    /// Members are the members' names by health.
+    #[serde(default)]
+    pub members: MembersStatus,
+    /// CurrentVersion is the version every member runs (the oldest one during an upgrade).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+    /// TargetVersion is the version being rolled out, while an upgrade is in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_version: Option<String>,
+    /// Conditions: Available (healthy members hold a quorum), Progressing, Degraded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// ObservedGeneration is the most recent generation observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Selector is the label selector of the members' Pods (for the scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+}

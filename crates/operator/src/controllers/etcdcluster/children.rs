@@ -1,0 +1,269 @@
+//! What an EtcdCluster is made of, built from its spec alone: member Pods (each with its own data
+//! volume), the headless peer Service, the client Service and a PodDisruptionBudget.
+
+use std::collections::BTreeMap;
+
+use app_operator_api::EtcdCluster;
+use app_operator_api::etcdcluster::PodPolicy;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaim,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, Service, ServicePort, ServiceSpec,
+    Volume, VolumeMount,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use super::address::{Addressing, CLIENT_PORT, PEER_PORT};
+use super::plan::quorum;
+use super::version::Version;
+use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
+
+/// The member's etcd version, as the coreos operator annotated it.
+pub const VERSION_ANNOTATION: &str = "etcd.version";
+const DATA_VOLUME: &str = "etcd-data";
+const DATA_MOUNT: &str = "/var/etcd";
+pub const DATA_DIR: &str = "/var/etcd/data";
+
+/// `app=etcd,etcd_cluster=<name>`: the coreos operator's labels, which users select by.
+pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app".to_owned(), "etcd".to_owned()),
+        ("etcd_cluster".to_owned(), cluster.to_owned()),
+    ])
+}
+
+pub fn selector(cluster: &str) -> String {
+    format!("app=etcd,etcd_cluster={cluster}")
+}
+
+fn labels(cluster: &str) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(cluster);
+    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
+    labels
+}
+
+fn meta(cluster: &EtcdCluster, name: String, owner: &OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: cluster.namespace(),
+        labels: Some(labels(&cluster.name_any())),
+        owner_references: Some(vec![owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// How a member's process joins: founding a new cluster, or joining one that has added it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterState {
+    New,
+    Existing,
+}
+
+/// Everything a member Pod depends on besides the spec.
+pub struct MemberPod<'a> {
+    pub name: &'a str,
+    pub version: &'a Version,
+    /// `name=peerURL` of every member, this one included, as etcd checks it at start.
+    pub initial_cluster: &'a str,
+    pub state: ClusterState,
+    pub addressing: Addressing,
+}
+
+/// A member's Pod: its name is its hostname (`hostname` + `subdomain` give it a stable DNS name
+/// under the headless Service); `restartPolicy: Never`, since a member that died is replaced,
+/// not restarted on a data dir etcd may no longer accept.
+pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &MemberPod) -> Pod {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let policy = cluster.spec.pod.clone().unwrap_or_default();
+    let at = |f: fn(Addressing, &str, &str, &str) -> String| {
+        f(member.addressing, &name, &namespace, member.name)
+    };
+    let listen = at(Addressing::listen_host);
+    let state = match member.state {
+        ClusterState::New => "new",
+        ClusterState::Existing => "existing",
+    };
+    let command = [
+        "/usr/local/bin/etcd".to_owned(),
+        format!("--name={}", member.name),
+        format!("--data-dir={DATA_DIR}"),
+        format!("--listen-peer-urls=http://{listen}:{PEER_PORT}"),
+        format!("--listen-client-urls=http://{listen}:{CLIENT_PORT}"),
+        format!("--advertise-client-urls={}", at(Addressing::client_url)),
+        format!("--initial-advertise-peer-urls={}", at(Addressing::peer_url)),
+        format!("--initial-cluster={}", member.initial_cluster),
+        format!("--initial-cluster-state={state}"),
+        format!(
+            "--initial-cluster-token={}",
+            cluster.uid().unwrap_or_default()
+        ),
+    ];
+    let mut pod_labels = policy.labels.clone();
+    pod_labels.extend(labels(&name));
+    let mut annotations = policy.annotations.clone();
+    annotations.insert(VERSION_ANNOTATION.to_owned(), member.version.to_string());
+    let data = match &policy.persistent_volume_claim_spec {
+        Some(_) => Volume {
+            name: DATA_VOLUME.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: member.name.to_owned(),
+                read_only: None,
+            }),
+            ..Volume::default()
+        },
+        None => Volume {
+            name: DATA_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+    };
+    Pod {
+        metadata: ObjectMeta {
+            labels: Some(pod_labels),
+            annotations: Some(annotations),
+            ..meta(cluster, member.name.to_owned(), owner)
+        },
+        spec: Some(PodSpec {
+            hostname: Some(member.name.to_owned()),
+            subdomain: Some(name.clone()),
+            restart_policy: Some("Never".into()),
+            node_selector: non_empty(policy.node_selector.clone()),
+            tolerations: non_empty_vec(policy.tolerations.clone()),
+            affinity: policy.affinity.clone(),
+            containers: vec![Container {
+                name: "etcd".into(),
+                image: Some(image(&cluster.spec.repository, member.version)),
+                command: Some(command.to_vec()),
+                env: non_empty_vec(policy.etcd_env.clone()),
+                resources: policy.resources.clone(),
+                ports: Some(vec![
+                    container_port("client", CLIENT_PORT),
+                    container_port("peer", PEER_PORT),
+                ]),
+                readiness_probe: Some(Probe {
+                    http_get: Some(HTTPGetAction {
+                        path: Some("/health".into()),
+                        port: IntOrString::Int(i32::from(CLIENT_PORT)),
+                        ..HTTPGetAction::default()
+                    }),
+                    period_seconds: Some(5),
+                    ..Probe::default()
+                }),
+                volume_mounts: Some(vec![VolumeMount {
+                    name: DATA_VOLUME.into(),
+                    mount_path: DATA_MOUNT.into(),
+                    ..VolumeMount::default()
+                }]),
+                ..Container::default()
+            }],
+            volumes: Some(vec![data]),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The member's data claim, when the spec asks for persistent storage. Named after the Pod.
+pub fn member_claim(
+    cluster: &EtcdCluster,
+    owner: &OwnerReference,
+    pod: &str,
+) -> Option<PersistentVolumeClaim> {
+    let policy: &PodPolicy = cluster.spec.pod.as_ref()?;
+    let spec = policy.persistent_volume_claim_spec.clone()?;
+    Some(PersistentVolumeClaim {
+        metadata: meta(cluster, pod.to_owned(), owner),
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+pub fn image(repository: &str, version: &Version) -> String {
+    format!("{repository}:{}", version.tag())
+}
+
+/// The etcd version a member Pod's image runs (from the annotation the operator sets with it).
+pub fn pod_version(pod: &Pod) -> Option<Version> {
+    Version::parse(pod.annotations().get(VERSION_ANNOTATION)?)
+}
+
+fn container_port(name: &str, port: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: i32::from(port),
+        ..ContainerPort::default()
+    }
+}
+
+fn service_port(name: &str, port: u16) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port: i32::from(port),
+        target_port: Some(IntOrString::Int(i32::from(port))),
+        ..ServicePort::default()
+    }
+}
+
+/// The headless Service that gives each member its DNS name; not-ready addresses are published
+/// because a joining member must be reachable before it is ready.
+pub fn peer_service(cluster: &EtcdCluster, owner: &OwnerReference) -> Service {
+    let name = cluster.name_any();
+    Service {
+        metadata: meta(cluster, name.clone(), owner),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(&name)),
+            ports: Some(vec![
+                service_port("client", CLIENT_PORT),
+                service_port("peer", PEER_PORT),
+            ]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// `<name>-client`: what applications connect to.
+pub fn client_service(cluster: &EtcdCluster, owner: &OwnerReference) -> Service {
+    let name = cluster.name_any();
+    Service {
+        metadata: meta(cluster, format!("{name}-client"), owner),
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(&name)),
+            ports: Some(vec![service_port("client", CLIENT_PORT)]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Voluntary evictions (node drains) may take only members the quorum can spare.
+pub fn disruption_budget(cluster: &EtcdCluster, owner: &OwnerReference) -> PodDisruptionBudget {
+    let name = cluster.name_any();
+    let size = usize::try_from(cluster.spec.size).unwrap_or(1);
+    let spare = size.saturating_sub(quorum(size));
+    PodDisruptionBudget {
+        metadata: meta(cluster, name.clone(), owner),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(i32::try_from(spare).unwrap_or(0))),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(&name)),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn non_empty(map: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!map.is_empty()).then_some(map)
+}
+
+fn non_empty_vec<T>(items: Vec<T>) -> Option<Vec<T>> {
+    (!items.is_empty()).then_some(items)
+}

@@ -1,0 +1,563 @@
+//! The EtcdCluster controller: an etcd cluster of `size` members, one Pod each. Every reconcile
+//! reads the Pods from the cache and the membership from etcd itself, and takes at most one
+//! membership step ([`plan`]): a member is added (as a learner) before its Pod starts, promoted
+//! once it runs, removed before its Pod is deleted, replaced when its process is gone, upgraded
+//! one at a time — and nothing destructive happens without a quorum.
+
+pub mod address;
+mod children;
+pub mod plan;
+mod status;
+pub mod version;
+
+pub use children::{DATA_DIR, VERSION_ANNOTATION, selector};
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use app_operator_api::EtcdCluster;
+use app_operator_api::etcdcluster::EtcdClusterPhase;
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use self::address::Addressing;
+use self::children::{ClusterState, MemberPod as MemberPodSpec, pod_version};
+use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
+use self::version::Version;
+use crate::etcd::{self as etcd_api, EtcdApi, EtcdError};
+use crate::reconcile::apply::{controller_reference, is_controlled_by};
+use crate::reconcile::children::{OnImmutable, Owned};
+use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared};
+use crate::reconcile::{Error, FIELD_MANAGER};
+
+pub const NAME: &str = "etcdcluster";
+
+/// How soon to look again while etcd is changing (a member joining, a learner catching up):
+/// etcd's progress sends no Kubernetes event.
+const PROGRESS_POLL: Duration = Duration::from_secs(2);
+
+/// How the controller reaches members, and a hook for tests.
+#[derive(Clone)]
+pub struct EtcdSettings {
+    pub addressing: Addressing,
+    pub client: Arc<dyn EtcdApi>,
+    /// Test hook: right after a member was added, cancel this and stop before creating its Pod,
+    /// as if the operator had died in between (the next one must finish the job).
+    pub crash_after_member_add: Option<CancellationToken>,
+}
+
+pub async fn run(
+    settings: Settings,
+    etcd: EtcdSettings,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let mut runner = Runner::<EtcdCluster>::new(NAME, &settings);
+    let reconciler = EtcdClusterReconciler {
+        pods: runner.owns(),
+        services: Owned::new(runner.owns(), OnImmutable::Recreate),
+        budgets: Owned::new(runner.owns(), OnImmutable::Recreate),
+        claims: runner.owns(),
+        etcd,
+    };
+    runner.run(reconciler, shutdown).await;
+}
+
+struct EtcdClusterReconciler {
+    pods: Store<Pod>,
+    services: Owned<Service>,
+    budgets: Owned<PodDisruptionBudget>,
+    claims: Store<PersistentVolumeClaim>,
+    etcd: EtcdSettings,
+}
+
+/// What one reconcile works on.
+struct Context<'a> {
+    cluster: &'a EtcdCluster,
+    name: String,
+    namespace: String,
+    owner: OwnerReference,
+    shared: &'a Shared,
+}
+
+impl Reconciler for EtcdClusterReconciler {
+    type Object = EtcdCluster;
+
+    async fn reconcile(&self, cluster: &EtcdCluster, shared: &Shared) -> Result<Action, Error> {
+        if cluster.meta().deletion_timestamp.is_some() {
+            // Going away: the garbage collector removes the Pods, Services and claims.
+            return Ok(Action::await_change());
+        }
+        let namespace = cluster
+            .namespace()
+            .ok_or(Error::MissingMetadata("namespace"))?;
+        let uid = cluster.uid().ok_or(Error::MissingMetadata("uid"))?;
+        let owner = controller_reference(cluster).ok_or(Error::MissingMetadata("uid"))?;
+        let version = Version::parse(&cluster.spec.version).ok_or_else(|| Error::InvalidSpec {
+            field: "spec.version",
+            message: format!("{:?} is not an etcd version", cluster.spec.version),
+        })?;
+        let context = Context {
+            cluster,
+            name: cluster.name_any(),
+            namespace: namespace.clone(),
+            owner,
+            shared,
+        };
+
+        let mut outcome = self.apply_children(&context, &uid).await;
+
+        let pods: Vec<Arc<Pod>> = self
+            .pods
+            .state()
+            .into_iter()
+            .filter(|pod| {
+                pod.namespace().as_deref() == Some(namespace.as_str())
+                    && is_controlled_by(pod.as_ref(), &uid)
+            })
+            .collect();
+        let observed = Observed {
+            pods: pods.iter().map(|pod| member_pod(pod)).collect(),
+            etcd: self.membership(&context, &pods).await,
+            ever_served: cluster
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase != EtcdClusterPhase::Creating),
+        };
+        let desired = Desired {
+            size: usize::try_from(cluster.spec.size).unwrap_or(0),
+            version,
+            paused: cluster.spec.paused,
+        };
+        let entropy = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let new_pod = self.etcd.addressing.new_pod_name(&context.name, entropy);
+        let plan = plan(&desired, &observed, &new_pod);
+        if let (Ok(()), Some(step)) = (&outcome, &plan.step) {
+            outcome = self.take(&context, &desired, &observed, step).await;
+        }
+
+        let now = Time(Timestamp::now());
+        let status = status::status(
+            cluster,
+            &desired,
+            &observed,
+            &plan,
+            outcome.as_ref().err(),
+            &now,
+        );
+        let then = if plan.step.is_some() || plan.progressing {
+            Action::requeue(PROGRESS_POLL)
+        } else {
+            Action::await_change()
+        };
+        shared
+            .write_status(cluster, cluster.status.as_ref(), status, |_| {}, outcome)
+            .await
+            .map(|()| then)
+    }
+
+    fn forget(&self, _key: &str) {}
+}
+
+/// A member Pod as the plan sees it.
+fn member_pod(pod: &Pod) -> MemberPod {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    MemberPod {
+        name: pod.name_any(),
+        dead: matches!(phase, Some("Failed" | "Succeeded")),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+        version: pod_version(pod),
+    }
+}
+
+impl EtcdClusterReconciler {
+    /// The Services and the disruption budget: the same for every member, applied every pass.
+    async fn apply_children(&self, context: &Context<'_>, uid: &str) -> Result<(), Error> {
+        let client = &context.shared.client;
+        for service in [
+            children::peer_service(context.cluster, &context.owner),
+            children::client_service(context.cluster, &context.owner),
+        ] {
+            self.services.apply(client, uid, &service).await?;
+        }
+        let budget = children::disruption_budget(context.cluster, &context.owner);
+        self.budgets.apply(client, uid, &budget).await.map(drop)
+    }
+
+    fn client_urls(&self, context: &Context, pods: &[&str]) -> Vec<String> {
+        pods.iter()
+            .map(|pod| {
+                self.etcd
+                    .addressing
+                    .client_url(&context.name, &context.namespace, pod)
+            })
+            .collect()
+    }
+
+    /// etcd's member list joined with each started member's own status; `None` when no member
+    /// Pod answers.
+    async fn membership(&self, context: &Context<'_>, pods: &[Arc<Pod>]) -> Option<Membership> {
+        let live: Vec<String> = pods
+            .iter()
+            .map(|pod| member_pod(pod))
+            .filter(|pod| !pod.dead && !pod.terminating)
+            .map(|pod| pod.name)
+            .collect();
+        let live: Vec<&str> = live.iter().map(String::as_str).collect();
+        let endpoints = self.client_urls(context, &live);
+        if endpoints.is_empty() {
+            return None;
+        }
+        let listed = match self.etcd.client.members(&endpoints).await {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::debug!(%error, cluster = %context.name, "no member answered the member list");
+                return None;
+            }
+        };
+        let statuses = join_all(listed.iter().map(|member| async {
+            let url = member.client_urls.first()?;
+            self.etcd.client.status(url).await.ok()
+        }))
+        .await;
+        let leader = statuses
+            .iter()
+            .flatten()
+            .map(|s| s.leader)
+            .find(|leader| *leader != 0);
+        let members = listed
+            .iter()
+            .zip(statuses)
+            .map(|(member, status)| Member {
+                id: member.id,
+                name: member.name.clone(),
+                pod: member.peer_urls.iter().find_map(|url| {
+                    self.etcd
+                        .addressing
+                        .pod_of_peer_url(&context.name, &context.namespace, url)
+                }),
+                is_learner: member.is_learner,
+                healthy: status.as_ref().is_some_and(|s| s.leader != 0),
+                version: status.as_ref().and_then(|s| Version::parse(&s.version)),
+            })
+            .collect();
+        Some(Membership { members, leader })
+    }
+
+    /// Takes one step; records it in an event.
+    async fn take(
+        &self,
+        context: &Context<'_>,
+        desired: &Desired,
+        observed: &Observed,
+        step: &Step,
+    ) -> Result<(), Error> {
+        let live: Vec<&str> = observed
+            .pods
+            .iter()
+            .filter(|p| !p.dead && !p.terminating)
+            .map(|p| p.name.as_str())
+            .collect();
+        let endpoints = self.client_urls(context, &live);
+        let etcd = &self.etcd.client;
+        let (reason, note) = match step {
+            Step::Bootstrap { pod } => {
+                let peer = self.peer_url(context, pod);
+                self.create_member_pod(
+                    context,
+                    pod,
+                    &desired.version,
+                    &format!("{pod}={peer}"),
+                    ClusterState::New,
+                )
+                .await?;
+                ("MemberCreated", format!("created the first member {pod}"))
+            }
+            Step::DeletePod { pod } => {
+                self.delete_member_pod(context, pod).await?;
+                (
+                    "PodDeleted",
+                    format!("deleted Pod {pod}, which is not a member"),
+                )
+            }
+            Step::CreateMemberPod { pod } => {
+                let members = etcd
+                    .members(&endpoints)
+                    .await
+                    .map_err(etcd_error("list members"))?;
+                let initial = self.initial_cluster(context, &members, pod);
+                self.create_member_pod(
+                    context,
+                    pod,
+                    &desired.version,
+                    &initial,
+                    ClusterState::Existing,
+                )
+                .await?;
+                (
+                    "MemberPodCreated",
+                    format!("created the Pod of added member {pod}"),
+                )
+            }
+            Step::Promote { id, name } => {
+                match etcd.promote(&endpoints, *id).await {
+                    Ok(_) => {}
+                    // Still catching up with the leader: the next look will promote it.
+                    Err(EtcdError::LearnerNotReady { .. }) => return Ok(()),
+                    Err(error) => return Err(etcd_error("promote a learner")(error)),
+                }
+                (
+                    "MemberPromoted",
+                    format!("promoted learner {name} to a voting member"),
+                )
+            }
+            Step::ReplaceDead { id, name } => {
+                etcd.remove(&endpoints, *id)
+                    .await
+                    .map_err(etcd_error("remove a dead member"))?;
+                let note = format!(
+                    "member {name} is dead (its process is gone); removed it, a new member replaces it"
+                );
+                context
+                    .shared
+                    .publish(
+                        context.cluster,
+                        EventType::Warning,
+                        "ReplacingDeadMember",
+                        "Heal",
+                        note,
+                    )
+                    .await;
+                return Ok(());
+            }
+            Step::AddMember { pod } => {
+                let peer = self.peer_url(context, pod);
+                let members = etcd
+                    .add_member(&endpoints, &peer, true)
+                    .await
+                    .map_err(etcd_error("add a member"))?
+                    .members;
+                if let Some(crash) = &self.etcd.crash_after_member_add {
+                    crash.cancel();
+                    return Ok(());
+                }
+                let initial = self.initial_cluster(context, &members, pod);
+                self.create_member_pod(
+                    context,
+                    pod,
+                    &desired.version,
+                    &initial,
+                    ClusterState::Existing,
+                )
+                .await?;
+                (
+                    "MemberAdded",
+                    format!("added member {pod} as a learner, then its Pod"),
+                )
+            }
+            Step::RemoveMember { id, name } => {
+                etcd.remove(&endpoints, *id)
+                    .await
+                    .map_err(etcd_error("remove a member"))?;
+                (
+                    "MemberRemoved",
+                    format!("removed member {name}; its Pod goes next"),
+                )
+            }
+            Step::Upgrade { pod, from, to } => {
+                self.upgrade(context, pod, to).await?;
+                let from = from
+                    .as_ref()
+                    .map_or_else(|| "?".to_owned(), ToString::to_string);
+                (
+                    "MemberUpgrading",
+                    format!("moving member {pod} from {from} to {to}"),
+                )
+            }
+        };
+        context
+            .shared
+            .publish(
+                context.cluster,
+                EventType::Normal,
+                reason,
+                "Reconcile",
+                note,
+            )
+            .await;
+        Ok(())
+    }
+
+    fn peer_url(&self, context: &Context, pod: &str) -> String {
+        self.etcd
+            .addressing
+            .peer_url(&context.name, &context.namespace, pod)
+    }
+
+    /// `name=peerURL,…` for every member; a member that has not started yet goes by its Pod name.
+    fn initial_cluster(
+        &self,
+        context: &Context,
+        members: &[etcd_api::Member],
+        joining: &str,
+    ) -> String {
+        members
+            .iter()
+            .flat_map(|member| {
+                let name = if member.name.is_empty() {
+                    member
+                        .peer_urls
+                        .iter()
+                        .find_map(|url| {
+                            self.etcd.addressing.pod_of_peer_url(
+                                &context.name,
+                                &context.namespace,
+                                url,
+                            )
+                        })
+                        .unwrap_or_else(|| joining.to_owned())
+                } else {
+                    member.name.clone()
+                };
+                member
+                    .peer_urls
+                    .iter()
+                    .map(move |url| format!("{name}={url}"))
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    async fn create_member_pod(
+        &self,
+        context: &Context<'_>,
+        pod: &str,
+        version: &Version,
+        initial_cluster: &str,
+        state: ClusterState,
+    ) -> Result<(), Error> {
+        let client = &context.shared.client;
+        if let Some(claim) = children::member_claim(context.cluster, &context.owner, pod) {
+            let claims: Api<PersistentVolumeClaim> =
+                Api::namespaced(client.clone(), &context.namespace);
+            if self.claims.state().iter().all(|c| {
+                c.name_any() != pod || c.namespace().as_deref() != Some(&context.namespace)
+            }) {
+                create(&claims, &claim, "PersistentVolumeClaim", pod).await?;
+            }
+        }
+        let spec = MemberPodSpec {
+            name: pod,
+            version,
+            initial_cluster,
+            state,
+            addressing: self.etcd.addressing,
+        };
+        let member = children::member_pod(context.cluster, &context.owner, &spec);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
+        create(&pods, &member, "Pod", pod).await
+    }
+
+    /// Deletes a member's Pod and its data claim.
+    async fn delete_member_pod(&self, context: &Context<'_>, pod: &str) -> Result<(), Error> {
+        let client = &context.shared.client;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
+        delete(&pods, "Pod", pod).await?;
+        let has_claim = self.claims.state().iter().any(|claim| {
+            claim.name_any() == pod && claim.namespace().as_deref() == Some(&context.namespace)
+        });
+        if !has_claim {
+            return Ok(());
+        }
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(client.clone(), &context.namespace);
+        delete(&claims, "PersistentVolumeClaim", pod).await
+    }
+
+    /// Moves a member's Pod to `version` in place: the kubelet restarts its container with the
+    /// new image on the same data, so the member keeps its ID (as the coreos operator did).
+    async fn upgrade(
+        &self,
+        context: &Context<'_>,
+        pod: &str,
+        version: &Version,
+    ) -> Result<(), Error> {
+        let pods: Api<Pod> = Api::namespaced(context.shared.client.clone(), &context.namespace);
+        let patch = json!({
+            "metadata": { "annotations": { VERSION_ANNOTATION: version.to_string() } },
+            "spec": { "containers": [{
+                "name": "etcd",
+                "image": children::image(&context.cluster.spec.repository, version),
+            }]},
+        });
+        pods.patch(
+            pod,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Strategic(&patch),
+        )
+        .await
+        .map(drop)
+        .map_err(|source| Error::Apply {
+            kind: "Pod".into(),
+            name: pod.to_owned(),
+            source,
+        })
+    }
+}
+
+/// Creates `object`; one that already exists (a retry after a lost answer) is fine.
+async fn create<K>(api: &Api<K>, object: &K, kind: &str, name: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api
+        .create(
+            &PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            },
+            object,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(source) => Err(Error::Create {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Deletes `name`; one already gone is fine.
+async fn delete<K>(api: &Api<K>, kind: &str, name: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(Error::Delete {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn etcd_error(action: &'static str) -> impl Fn(EtcdError) -> Error {
+    move |source| Error::Etcd { action, source }
+}

@@ -1,0 +1,192 @@
+//! The status an EtcdCluster should have, from what etcd said and the plan decided. Member health
+//! is etcd's (answered its status endpoint and knows a leader), not Pod readiness.
+
+use app_operator_api::conditions::{DEGRADED, PROGRESSING};
+use app_operator_api::etcdcluster::{EtcdClusterPhase, MembersStatus};
+use app_operator_api::{EtcdCluster, EtcdClusterStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::children::selector;
+use super::plan::{Blocked, Desired, Observed, Plan, Step, quorum};
+use crate::reconcile::Error;
+use crate::reconcile::conditions::{self, set};
+
+pub const AVAILABLE: &str = "Available";
+
+/// What the cluster is moving towards, as the `Progressing` reason.
+fn progress(desired: &Desired, observed: &Observed, plan: &Plan) -> Option<&'static str> {
+    if let Some(step) = &plan.step {
+        return Some(match step {
+            Step::Bootstrap { .. } | Step::AddMember { .. } | Step::CreateMemberPod { .. } => {
+                "ScalingUp"
+            }
+            Step::DeletePod { .. } | Step::RemoveMember { .. } => "ScalingDown",
+            Step::Promote { .. } => "PromotingLearner",
+            Step::ReplaceDead { .. } => "ReplacingDeadMember",
+            Step::Upgrade { .. } => "Upgrading",
+        });
+    }
+    if !plan.progressing {
+        return None;
+    }
+    let Some(etcd) = &observed.etcd else {
+        return Some("ScalingUp");
+    };
+    Some(if etcd.members.iter().any(|m| m.is_learner) {
+        "PromotingLearner"
+    } else if etcd.members.len() < desired.size || etcd.members.iter().any(|m| !m.started()) {
+        "ScalingUp"
+    } else if etcd.members.len() > desired.size {
+        "ScalingDown"
+    } else {
+        "Upgrading"
+    })
+}
+
+pub fn status(
+    cluster: &EtcdCluster,
+    desired: &Desired,
+    observed: &Observed,
+    plan: &Plan,
+    error: Option<&Error>,
+    now: &Time,
+) -> EtcdClusterStatus {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let members = observed.etcd.as_ref().map(|e| e.members.as_slice());
+    let voting = members.map_or(0, |m| m.iter().filter(|m| !m.is_learner).count());
+    let healthy: Vec<String> = members
+        .into_iter()
+        .flatten()
+        .filter(|m| m.healthy && !m.is_learner)
+        .map(|m| m.display_name())
+        .collect();
+    let unready: Vec<String> = members
+        .into_iter()
+        .flatten()
+        .filter(|m| !m.healthy || m.is_learner)
+        .map(|m| m.display_name())
+        .collect();
+    // Started voting members that do not answer (a joining learner is not a fault).
+    let unreachable: Vec<String> = members
+        .into_iter()
+        .flatten()
+        .filter(|m| !m.healthy && !m.is_learner && m.started())
+        .map(|m| m.display_name())
+        .collect();
+    let available = members.is_some() && healthy.len() >= quorum(voting);
+    let phase = if plan.blocked == Some(Blocked::AllMembersLost) {
+        EtcdClusterPhase::Failed
+    } else if observed.ever_served || available {
+        EtcdClusterPhase::Running
+    } else {
+        EtcdClusterPhase::Creating
+    };
+    let current_version = members
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.version.as_ref())
+        .min()
+        .or_else(|| {
+            observed
+                .pods
+                .iter()
+                .filter_map(|p| p.version.as_ref())
+                .min()
+        });
+    let target_version =
+        (current_version != Some(&desired.version)).then(|| desired.version.to_string());
+    let summary = format!(
+        "{} of {} members healthy ({} voting, quorum {})",
+        healthy.len(),
+        desired.size,
+        voting,
+        quorum(voting)
+    );
+
+    let available_condition = if available {
+        conditions::Desired {
+            type_: AVAILABLE,
+            status: true,
+            reason: "QuorumHealthy",
+            message: summary.clone(),
+        }
+    } else {
+        conditions::Desired {
+            type_: AVAILABLE,
+            status: false,
+            reason: if phase == EtcdClusterPhase::Creating {
+                "Creating"
+            } else {
+                "QuorumLost"
+            },
+            message: summary.clone(),
+        }
+    };
+    let progressing_condition = match progress(desired, observed, plan) {
+        Some(reason) => conditions::Desired {
+            type_: PROGRESSING,
+            status: true,
+            reason,
+            message: format!(
+                "{} members for size {}; {summary}",
+                members.map_or(0, <[_]>::len),
+                desired.size
+            ),
+        },
+        None => conditions::Desired {
+            type_: PROGRESSING,
+            status: false,
+            reason: "Settled",
+            message: summary.clone(),
+        },
+    };
+    let degraded_condition = match (error, plan.blocked) {
+        (Some(error), _) => conditions::degraded(Some(error), ""),
+        (None, Some(Blocked::QuorumLost | Blocked::AllMembersLost)) => conditions::Desired {
+            type_: DEGRADED,
+            status: true,
+            reason: "QuorumLost",
+            message: format!(
+                "{summary}: no membership change is safe until a quorum answers again"
+            ),
+        },
+        (None, Some(Blocked::UnsupportedUpgrade)) => conditions::Desired {
+            type_: DEGRADED,
+            status: true,
+            reason: "UnsupportedUpgrade",
+            message: format!(
+                "etcd upgrades one minor release at a time: {} cannot go to {} directly; set an intermediate version first",
+                current_version.map_or_else(|| "?".to_owned(), ToString::to_string),
+                desired.version
+            ),
+        },
+        (None, None) if !unreachable.is_empty() => conditions::Desired {
+            type_: DEGRADED,
+            status: true,
+            reason: "MembersUnreachable",
+            message: format!("not answering: {}", unreachable.join(", ")),
+        },
+        (None, None) => conditions::degraded(None, &summary),
+    };
+    EtcdClusterStatus {
+        phase,
+        size: i32::try_from(members.map_or(0, <[_]>::len)).unwrap_or(i32::MAX),
+        ready_members: i32::try_from(healthy.len()).unwrap_or(i32::MAX),
+        members: MembersStatus {
+            ready: healthy,
+            unready,
+        },
+        current_version: current_version.map(ToString::to_string),
+        target_version,
+        conditions: [
+            available_condition,
+            progressing_condition,
+            degraded_condition,
+        ]
+        .into_iter()
+        .map(|d| set(&previous.conditions, d, cluster.metadata.generation, now))
+        .collect(),
+        observed_generation: cluster.metadata.generation,
+        selector: Some(selector(&cluster.metadata.name.clone().unwrap_or_default())),
+    }
+}

@@ -1,0 +1,380 @@
+//! EtcdCluster against real etcd: the member runner starts the pinned etcd binary for every
+//! member Pod (kwok runs nothing), so membership, quorum and data are etcd's own.
+
+// Test code: a failed expectation is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use app_operator::api::EtcdCluster;
+use app_operator::controllers::etcdcluster::address::{Addressing, is_member_pod_name};
+use app_operator::etcd::{EtcdApi, EtcdGateway, GatewaySettings, Member};
+use app_operator::manager::ControllerKind;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{ListParams, Patch, PatchParams};
+use support::condition;
+use testkit::member_runner::MemberRunner;
+use testkit::{TestNamespace, eventually, kubectl_ok};
+
+const SAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../config/samples/etcd_v1beta2_etcdcluster.yaml"
+);
+const CLUSTER: &str = "example-etcd-cluster";
+const SLOW: Duration = Duration::from_secs(120);
+
+/// The operator (loopback addressing) and the member runner, for one namespace.
+struct Setup {
+    ns: TestNamespace,
+    runner: MemberRunner,
+    _operator: support::Operator,
+}
+
+async fn setup(prefix: &str) -> Setup {
+    let ns = TestNamespace::new(prefix).await;
+    let operator = support::start(&ns, &[ControllerKind::Etcdcluster]).await;
+    let dir = std::env::temp_dir().join(format!("etcd-members-{}", ns.name));
+    let runner = MemberRunner::start(ns.client.clone(), Some(&ns.name), &dir).await;
+    Setup {
+        ns,
+        runner,
+        _operator: operator,
+    }
+}
+
+/// Where a cluster lives: cloned into background tasks (a `TestNamespace` deletes on drop).
+#[derive(Clone)]
+struct Target {
+    client: kube::Client,
+    namespace: String,
+}
+
+impl From<&TestNamespace> for Target {
+    fn from(ns: &TestNamespace) -> Target {
+        Target {
+            client: ns.client.clone(),
+            namespace: ns.name.clone(),
+        }
+    }
+}
+
+async fn pods(ns: &Target, cluster: &str) -> Vec<Pod> {
+    kube::Api::<Pod>::namespaced(ns.client.clone(), &ns.namespace)
+        .list(&ListParams::default().labels(&format!("app=etcd,etcd_cluster={cluster}")))
+        .await
+        .unwrap()
+        .items
+}
+
+/// The client URLs of the cluster's Pods that are not being deleted.
+async fn endpoints(ns: &Target, cluster: &str) -> Vec<String> {
+    pods(ns, cluster)
+        .await
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| Addressing::Loopback.client_url(cluster, &ns.namespace, &p.name_any()))
+        .collect()
+}
+
+async fn members(ns: &Target, cluster: &str) -> Option<Vec<Member>> {
+    let gateway = EtcdGateway::new(GatewaySettings::default());
+    gateway.members(&endpoints(ns, cluster).await).await.ok()
+}
+
+/// Waits for `size` started voting members, all reported ready in the status, and Available.
+async fn converged(ns: &TestNamespace, cluster: &str, size: usize) -> Vec<Member> {
+    let clusters = ns.api::<EtcdCluster>();
+    let ns = &Target::from(ns);
+    eventually(SLOW, &format!("{size} healthy voting members"), || async {
+        let members = members(ns, cluster).await?;
+        let status = clusters.get(cluster).await.ok()?.status?;
+        let voting = members
+            .iter()
+            .filter(|m| !m.is_learner && m.is_started())
+            .count();
+        let available = condition(&status.conditions, "Available")
+            == Some(("True".into(), "QuorumHealthy".into()));
+        (voting == size
+            && members.len() == size
+            && status.members.ready.len() == size
+            && available
+            && pods(ns, cluster).await.len() == size)
+            .then_some(members)
+    })
+    .await
+}
+
+/// Writes a key every 100 ms through whichever member answers; counts writes no member took.
+struct Writer {
+    failed: Arc<AtomicUsize>,
+    written: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writer {
+    fn start(ns: &TestNamespace, cluster: &str) -> Writer {
+        let (failed, written) = (Arc::default(), Arc::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let (failed, written, stop): (Arc<AtomicUsize>, Arc<AtomicUsize>, Arc<AtomicBool>) =
+                (Arc::clone(&failed), Arc::clone(&written), stop.clone());
+            let ns = Target::from(ns);
+            let cluster = cluster.to_owned();
+            async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    if put(&endpoints(&ns, &cluster).await, &format!("k{n}"), "v").await {
+                        written.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        });
+        Writer {
+            failed,
+            written,
+            stop,
+            task,
+        }
+    }
+
+    async fn finish(self) -> (usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        (
+            self.written.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+fn base64(text: &str) -> String {
+    use std::fmt::Write;
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = text.as_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                let _ = out.write_char(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `PUT key=value` through the first endpoint that takes it.
+async fn put(endpoints: &[String], key: &str, value: &str) -> bool {
+    let body = format!(r#"{{"key":"{}","value":"{}"}}"#, base64(key), base64(value));
+    for endpoint in endpoints {
+        let address = endpoint.trim_start_matches("http://").parse().unwrap();
+        if let Some((200, _)) =
+            testkit::etcd::http_request(address, "POST", "/v3/kv/put", &body).await
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// `GET key` through the first endpoint that answers: the value, base64-encoded.
+async fn get(endpoints: &[String], key: &str) -> Option<String> {
+    let body = format!(r#"{{"key":"{}"}}"#, base64(key));
+    for endpoint in endpoints {
+        let address = endpoint.trim_start_matches("http://").parse().unwrap();
+        if let Some((200, answer)) =
+            testkit::etcd::http_request(address, "POST", "/v3/kv/range", &body).await
+        {
+            let answer: serde_json::Value = serde_json::from_str(&answer).ok()?;
+            return answer["kvs"][0]["value"].as_str().map(str::to_owned);
+        }
+    }
+    None
+}
+
+async fn resize(ns: &TestNamespace, cluster: &str, size: i32) {
+    ns.api::<EtcdCluster>()
+        .patch(
+            cluster,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "size": size } })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Seed 004: size 1 → one Pod `example-etcd-cluster-xxxxxxxxxx`, one member of that name; size 2
+/// → the new member was in etcd's member list before its process started, then promoted; writes
+/// never failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_walkthrough_on_real_etcd() {
+    let s = setup("etcd-walkthrough").await;
+    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
+    let first = converged(&s.ns, CLUSTER, 1).await;
+    let pod_names: Vec<String> = pods(&Target::from(&s.ns), CLUSTER)
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert!(is_member_pod_name(CLUSTER, &pod_names[0]), "{pod_names:?}");
+    assert_eq!(
+        first[0].name, pod_names[0],
+        "the member is named after its Pod"
+    );
+    let status =
+        s.ns.api::<EtcdCluster>()
+            .get(CLUSTER)
+            .await
+            .unwrap()
+            .status
+            .unwrap();
+    assert_eq!(
+        (
+            format!("{:?}", status.phase),
+            status.current_version.as_deref()
+        ),
+        ("Running".to_owned(), Some("3.6.16"))
+    );
+
+    let writer = Writer::start(&s.ns, CLUSTER);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Step 8: the same manifest with size 2.
+    let two = std::fs::read_to_string(SAMPLE)
+        .unwrap()
+        .replace("size: 1", "size: 2");
+    let path = std::env::temp_dir().join(format!("{}-size2.yaml", s.ns.name));
+    std::fs::write(&path, two).unwrap();
+    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", path.to_str().unwrap()]);
+    let second = converged(&s.ns, CLUSTER, 2).await;
+    let (written, failed) = writer.finish().await;
+    assert!(written > 10, "the writer wrote only {written} keys");
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} writes failed while scaling",
+        written + failed
+    );
+
+    let new = second.iter().find(|m| m.name != first[0].name).unwrap();
+    let starts = s.runner.starts();
+    let start = starts.iter().find(|s| s.pod == new.name).unwrap();
+    assert_eq!(start.cluster_state, "existing");
+    let before = start
+        .members_before
+        .as_ref()
+        .expect("the member list before the start");
+    let listed = before
+        .iter()
+        .find(|m| m.peer_urls == new.peer_urls)
+        .unwrap_or_else(|| {
+            panic!(
+                "{} was not a member before its process started: {before:?}",
+                new.name
+            )
+        });
+    assert!(
+        listed.is_learner && listed.name.is_empty(),
+        "it was added as a learner and had not started: {listed:?}"
+    );
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &s.ns.name,
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    for reason in ["MemberCreated", "MemberAdded", "MemberPromoted"] {
+        assert!(events.contains(reason), "no {reason} event: {events}");
+    }
+}
+
+/// 1 → 3 never has two joining members at once; 3 → 1 removes each member before its Pod, and
+/// the data survives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_1_to_3_and_back_keeps_quorum_and_data() {
+    let s = setup("etcd-scale").await;
+    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
+    converged(&s.ns, CLUSTER, 1).await;
+    assert!(
+        put(
+            &endpoints(&Target::from(&s.ns), CLUSTER).await,
+            "kept",
+            "yes"
+        )
+        .await
+    );
+
+    // Sample etcd while scaling: never more than one learner or unstarted member.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let most_joining = Arc::new(AtomicUsize::new(0));
+    let sampler = tokio::spawn({
+        let (sampling, most_joining) = (sampling.clone(), most_joining.clone());
+        let ns = Target::from(&s.ns);
+        async move {
+            while sampling.load(Ordering::Relaxed) {
+                if let Some(members) = members(&ns, CLUSTER).await {
+                    let joining = members
+                        .iter()
+                        .filter(|m| m.is_learner || !m.is_started())
+                        .count();
+                    most_joining.fetch_max(joining, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    resize(&s.ns, CLUSTER, 3).await;
+    converged(&s.ns, CLUSTER, 3).await;
+    sampling.store(false, Ordering::Relaxed);
+    sampler.await.unwrap();
+    assert_eq!(
+        most_joining.load(Ordering::Relaxed),
+        1,
+        "at most one member joins at a time"
+    );
+
+    resize(&s.ns, CLUSTER, 1).await;
+    converged(&s.ns, CLUSTER, 1).await;
+    assert_eq!(
+        get(&endpoints(&Target::from(&s.ns), CLUSTER).await, "kept")
+            .await
+            .as_deref(),
+        Some(base64("yes").as_str()),
+        "a key written before scaling is still there"
+    );
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &s.ns.name,
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    assert!(
+        events.contains("MemberRemoved") && events.contains("PodDeleted"),
+        "{events}"
+    );
+}
