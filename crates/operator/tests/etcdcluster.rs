@@ -37,7 +37,7 @@ const SLOW: Duration = Duration::from_secs(120);
 struct Setup {
     ns: TestNamespace,
     runner: MemberRunner,
-    _operator: support::Operator,
+    operator: support::Operator,
 }
 
 async fn setup(prefix: &str) -> Setup {
@@ -48,8 +48,28 @@ async fn setup(prefix: &str) -> Setup {
     Setup {
         ns,
         runner,
-        _operator: operator,
+        operator,
     }
+}
+
+async fn status(ns: &TestNamespace) -> app_operator::api::EtcdClusterStatus {
+    ns.api::<EtcdCluster>()
+        .get(CLUSTER)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default()
+}
+
+async fn events(ns: &TestNamespace) -> String {
+    kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ])
 }
 
 /// Where a cluster lives: cloned into background tasks (a `TestNamespace` deletes on drop).
@@ -377,4 +397,228 @@ async fn scaling_1_to_3_and_back_keeps_quorum_and_data() {
         events.contains("MemberRemoved") && events.contains("PodDeleted"),
         "{events}"
     );
+}
+
+/// Three members; one member's process is killed → a new member (new ID) replaces it, the dead
+/// one is gone, a Warning says so, writes go on. Then two of three are killed → QuorumLost, and
+/// no membership call is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_member_is_replaced_and_a_lost_quorum_is_left_alone() {
+    let s = setup("etcd-heal").await;
+    let target = Target::from(&s.ns);
+    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
+    converged(&s.ns, CLUSTER, 1).await;
+    resize(&s.ns, CLUSTER, 3).await;
+    let before = converged(&s.ns, CLUSTER, 3).await;
+
+    // A follower dies: its endpoint refuses at once, so the writer never waits on an election.
+    let leader = testkit::etcd::http_request(
+        endpoints(&target, CLUSTER).await[0]
+            .trim_start_matches("http://")
+            .parse()
+            .unwrap(),
+        "POST",
+        "/v3/maintenance/status",
+        "{}",
+    )
+    .await
+    .map(|(_, body)| {
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["leader"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    })
+    .unwrap();
+    let victim = before
+        .iter()
+        .find(|m| m.id.to_string() != leader)
+        .unwrap()
+        .clone();
+    let writer = Writer::start(&s.ns, CLUSTER);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        s.runner.kill(&victim.name),
+        "no process for {}",
+        victim.name
+    );
+    let after = eventually(SLOW, "the dead member replaced", || async {
+        let members = converged(&s.ns, CLUSTER, 3).await;
+        (!members.iter().any(|m| m.id == victim.id)).then_some(members)
+    })
+    .await;
+    let (written, failed) = writer.finish().await;
+    assert_eq!(failed, 0, "{failed} of {} writes failed", written + failed);
+    let replacement: Vec<&Member> = after
+        .iter()
+        .filter(|m| before.iter().all(|b| b.id != m.id))
+        .collect();
+    assert_eq!(replacement.len(), 1, "one new member: {after:?}");
+    assert!(events(&s.ns).await.contains("ReplacingDeadMember"));
+
+    // Two of three die: no quorum. Nothing may be removed or added.
+    let calls_before = s.operator.metrics.etcd_membership_operations();
+    for member in after.iter().take(2) {
+        assert!(s.runner.kill(&member.name));
+    }
+    eventually(SLOW, "Degraded/QuorumLost", || async {
+        let status = status(&s.ns).await;
+        (condition(&status.conditions, "Degraded") == Some(("True".into(), "QuorumLost".into())))
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        s.operator.metrics.etcd_membership_operations(),
+        calls_before,
+        "membership calls were made without a quorum"
+    );
+    let available = condition(&status(&s.ns).await.conditions, "Available");
+    assert_eq!(available.map(|a| a.0), Some("False".into()));
+}
+
+/// `paused: true` and a new size: nothing changes. Unpaused: it converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cluster_is_only_observed() {
+    let s = setup("etcd-paused").await;
+    let target = Target::from(&s.ns);
+    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
+    converged(&s.ns, CLUSTER, 1).await;
+    s.ns.api::<EtcdCluster>()
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "paused": true, "size": 3 } })),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        pods(&target, CLUSTER).await.len(),
+        1,
+        "a paused cluster got Pods"
+    );
+    assert_eq!(
+        members(&target, CLUSTER).await.unwrap().len(),
+        1,
+        "a paused cluster got members"
+    );
+    s.ns.api::<EtcdCluster>()
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "paused": false } })),
+        )
+        .await
+        .unwrap();
+    converged(&s.ns, CLUSTER, 3).await;
+}
+
+/// The operator dies between adding a member and creating its Pod: the next one creates that
+/// member's Pod (no second member is added), and the cluster converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_killed_between_member_add_and_pod_create_converges_after_restart() {
+    let ns = TestNamespace::new("etcd-crash").await;
+    let target = Target::from(&ns);
+    let dir = std::env::temp_dir().join(format!("etcd-members-{}", ns.name));
+    let _runner = MemberRunner::start(ns.client.clone(), Some(&ns.name), &dir).await;
+    let crash = tokio_util::sync::CancellationToken::new();
+    let first = support::start_with(&ns, &[ControllerKind::Etcdcluster], Some(crash.clone())).await;
+    kubectl_ok(&["apply", "-n", &ns.name, "-f", SAMPLE]);
+    converged(&ns, CLUSTER, 1).await;
+    resize(&ns, CLUSTER, 2).await;
+    tokio::time::timeout(SLOW, crash.cancelled())
+        .await
+        .expect("a member add");
+    drop(first);
+
+    let members_after_crash = members(&target, CLUSTER).await.unwrap();
+    assert_eq!(members_after_crash.len(), 2, "{members_after_crash:?}");
+    let added = members_after_crash
+        .iter()
+        .find(|m| !m.is_started())
+        .expect("an unstarted member");
+    assert_eq!(
+        pods(&target, CLUSTER).await.len(),
+        1,
+        "the crash came before the Pod"
+    );
+
+    let _second = support::start(&ns, &[ControllerKind::Etcdcluster]).await;
+    let members = converged(&ns, CLUSTER, 2).await;
+    assert!(
+        members.iter().any(|m| m.id == added.id),
+        "the member added before the crash is the one that joined: {members:?}"
+    );
+}
+
+/// Deleting the EtcdCluster: its Pods and Services are garbage-collected, and the runner has no
+/// process left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_cluster_removes_pods_services_and_processes() {
+    let s = setup("etcd-delete").await;
+    let target = Target::from(&s.ns);
+    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
+    converged(&s.ns, CLUSTER, 1).await;
+    resize(&s.ns, CLUSTER, 3).await;
+    converged(&s.ns, CLUSTER, 3).await;
+    let services = kubectl_ok(&["get", "services", "-n", &s.ns.name, "-o", "name"]);
+    assert!(
+        services.contains("service/example-etcd-cluster\n")
+            && services.contains("service/example-etcd-cluster-client"),
+        "{services}"
+    );
+    kubectl_ok(&[
+        "delete",
+        "etcdcluster",
+        CLUSTER,
+        "-n",
+        &s.ns.name,
+        "--wait=true",
+    ]);
+    eventually(SLOW, "Pods, Services and processes gone", || async {
+        let services = kubectl_ok(&["get", "services", "-n", &s.ns.name, "-o", "name"]);
+        (pods(&target, CLUSTER).await.is_empty()
+            && services.trim().is_empty()
+            && s.runner.running().is_empty())
+        .then_some(())
+    })
+    .await;
+}
+
+/// A version that skips a minor release is accepted by the schema (it is an upgrade) but not
+/// rolled out: `Degraded/UnsupportedUpgrade`, and the members stay as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipping_a_minor_release_is_degraded_not_rolled_out() {
+    let s = setup("etcd-skip").await;
+    let target = Target::from(&s.ns);
+    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
+    let before = converged(&s.ns, CLUSTER, 1).await;
+    s.ns.api::<EtcdCluster>()
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "version": "3.8.0" } })),
+        )
+        .await
+        .unwrap();
+    let message = eventually(SLOW, "Degraded/UnsupportedUpgrade", || async {
+        let status = status(&s.ns).await;
+        let degraded = status.conditions.iter().find(|c| c.type_ == "Degraded")?;
+        (degraded.status == "True" && degraded.reason == "UnsupportedUpgrade")
+            .then(|| degraded.message.clone())
+    })
+    .await;
+    assert!(
+        message.contains("3.6.16") && message.contains("3.8.0"),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pod = &pods(&target, CLUSTER).await[0];
+    assert_eq!(
+        pod.annotations().get("etcd.version").map(String::as_str),
+        Some("3.6.16"),
+        "the member was not touched"
+    );
+    assert_eq!(members(&target, CLUSTER).await.unwrap(), before);
+    assert!(status(&s.ns).await.target_version.as_deref() == Some("3.8.0"));
 }

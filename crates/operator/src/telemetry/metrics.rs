@@ -47,6 +47,32 @@ pub struct ErrorLabels {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MembershipLabels {
+    /// `add`, `promote`, `remove`, `remove_dead`, `upgrade`.
+    pub operation: &'static str,
+    /// `success`, or the error's bounded label.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EtcdClusterLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EtcdMemberLabels {
+    pub namespace: String,
+    pub name: String,
+    /// One of [`ETCD_MEMBER_STATES`].
+    pub state: &'static str,
+}
+
+/// How an etcd member is counted: answering voting members, voting members that do not answer,
+/// learners (started, not promoted yet), and members added whose process has not joined.
+pub const ETCD_MEMBER_STATES: [&str; 4] = ["healthy", "unhealthy", "learner", "unstarted"];
+
 pub struct Metrics {
     pub registry: Registry,
     reconcile_total: Family<ResultLabels, Counter>,
@@ -58,6 +84,9 @@ pub struct Metrics {
     rest_client_requests_total: Family<RequestLabels, Counter>,
     leader_election_master_status: Family<LeaseLabels, Gauge>,
     invalid_objects: Family<ObjectLabels, Gauge>,
+    etcd_membership_operations: Family<MembershipLabels, Counter>,
+    etcd_members: Family<EtcdMemberLabels, Gauge>,
+    etcd_quorum: Family<EtcdClusterLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -75,6 +104,9 @@ impl Default for Metrics {
         let rest_client_requests_total = Family::<RequestLabels, Counter>::default();
         let leader_election_master_status = Family::<LeaseLabels, Gauge>::default();
         let invalid_objects = Family::<ObjectLabels, Gauge>::default();
+        let etcd_membership_operations = Family::<MembershipLabels, Counter>::default();
+        let etcd_members = Family::<EtcdMemberLabels, Gauge>::default();
+        let etcd_quorum = Family::<EtcdClusterLabels, Gauge>::default();
         registry.register(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
@@ -122,6 +154,21 @@ impl Default for Metrics {
             "Stored objects that do not decode into the operator's types (1 per object), left alone until they are fixed",
             invalid_objects.clone(),
         );
+        registry.register(
+            "app_operator_etcd_membership_operations",
+            "etcd membership changes the operator made, by operation and result",
+            etcd_membership_operations.clone(),
+        );
+        registry.register(
+            "app_operator_etcd_members",
+            "Members of each EtcdCluster by state (healthy, unhealthy, learner, unstarted), as etcd reports them",
+            etcd_members.clone(),
+        );
+        registry.register(
+            "app_operator_etcd_quorum",
+            "1 while an EtcdCluster's healthy voting members hold a quorum, else 0",
+            etcd_quorum.clone(),
+        );
         Metrics {
             registry,
             reconcile_total,
@@ -133,6 +180,9 @@ impl Default for Metrics {
             rest_client_requests_total,
             leader_election_master_status,
             invalid_objects,
+            etcd_membership_operations,
+            etcd_members,
+            etcd_quorum,
         }
     }
 }
@@ -258,6 +308,59 @@ impl Metrics {
                     .get()
             })
             .sum()
+    }
+
+    /// Counts one etcd membership change by its outcome.
+    pub fn etcd_membership_operation(&self, operation: &'static str, result: &'static str) {
+        self.etcd_membership_operations
+            .get_or_create(&MembershipLabels { operation, result })
+            .inc();
+    }
+
+    /// etcd membership changes so far, of every operation and outcome.
+    pub fn etcd_membership_operations(&self) -> u64 {
+        let text = self.encode().unwrap_or_default();
+        text.lines()
+            .filter(|line| line.starts_with("app_operator_etcd_membership_operations_total{"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Records an EtcdCluster's members by state (`counts` in [`ETCD_MEMBER_STATES`] order) and
+    /// whether it has a quorum.
+    pub fn set_etcd_cluster(&self, namespace: &str, name: &str, counts: [usize; 4], quorum: bool) {
+        for (state, count) in ETCD_MEMBER_STATES.into_iter().zip(counts) {
+            let labels = EtcdMemberLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                state,
+            };
+            self.etcd_members
+                .get_or_create(&labels)
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+        let labels = EtcdClusterLabels {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        self.etcd_quorum
+            .get_or_create(&labels)
+            .set(i64::from(quorum));
+    }
+
+    /// Drops the series of an EtcdCluster that is gone.
+    pub fn forget_etcd_cluster(&self, namespace: &str, name: &str) {
+        for state in ETCD_MEMBER_STATES {
+            self.etcd_members.remove(&EtcdMemberLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                state,
+            });
+        }
+        self.etcd_quorum.remove(&EtcdClusterLabels {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        });
     }
 
     /// The Prometheus text exposition of every metric.

@@ -43,6 +43,16 @@ impl Drop for Operator {
 /// Installs the CRDs (once per test binary) and starts `controllers` watching `namespace` only;
 /// returns once their caches have synced.
 pub async fn start(namespace: &TestNamespace, controllers: &[ControllerKind]) -> Operator {
+    start_with(namespace, controllers, None).await
+}
+
+/// [`start`], with the EtcdCluster controller's crash hook armed: it cancels `crash` right after
+/// adding a member and stops before creating the member's Pod.
+pub async fn start_with(
+    namespace: &TestNamespace,
+    controllers: &[ControllerKind],
+    crash: Option<CancellationToken>,
+) -> Operator {
     install_crds().await;
     let metrics = Arc::new(Metrics::default());
     let client = counted_client(testkit::config().await, &metrics).unwrap();
@@ -56,7 +66,7 @@ pub async fn start(namespace: &TestNamespace, controllers: &[ControllerKind]) ->
         metrics_cert_dir: None,
         leader_election: None,
         etcd_addressing: Addressing::Loopback,
-        etcd_crash_after_member_add: None,
+        etcd_crash_after_member_add: crash,
     };
     let readiness = Readiness::default();
     let shutdown = CancellationToken::new();

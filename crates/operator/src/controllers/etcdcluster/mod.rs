@@ -40,6 +40,7 @@ use crate::reconcile::apply::{controller_reference, is_controlled_by};
 use crate::reconcile::children::{OnImmutable, Owned};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared};
 use crate::reconcile::{Error, FIELD_MANAGER};
+use crate::telemetry::metrics::Metrics;
 
 pub const NAME: &str = "etcdcluster";
 
@@ -69,6 +70,7 @@ pub async fn run(
         budgets: Owned::new(runner.owns(), OnImmutable::Recreate),
         claims: runner.owns(),
         etcd,
+        metrics: settings.metrics.clone(),
     };
     runner.run(reconciler, shutdown).await;
 }
@@ -79,6 +81,7 @@ struct EtcdClusterReconciler {
     budgets: Owned<PodDisruptionBudget>,
     claims: Store<PersistentVolumeClaim>,
     etcd: EtcdSettings,
+    metrics: Arc<Metrics>,
 }
 
 /// What one reconcile works on.
@@ -144,6 +147,7 @@ impl Reconciler for EtcdClusterReconciler {
             .finish();
         let new_pod = self.etcd.addressing.new_pod_name(&context.name, entropy);
         let plan = plan(&desired, &observed, &new_pod);
+        self.record_members(&context, &observed);
         if let (Ok(()), Some(step)) = (&outcome, &plan.step) {
             outcome = self.take(&context, &desired, &observed, step).await;
         }
@@ -168,7 +172,11 @@ impl Reconciler for EtcdClusterReconciler {
             .map(|()| then)
     }
 
-    fn forget(&self, _key: &str) {}
+    fn forget(&self, key: &str) {
+        if let Some((namespace, name)) = key.split_once('/') {
+            self.metrics.forget_etcd_cluster(namespace, name);
+        }
+    }
 }
 
 /// A member Pod as the plan sees it.
@@ -183,6 +191,37 @@ fn member_pod(pod: &Pod) -> MemberPod {
 }
 
 impl EtcdClusterReconciler {
+    fn record_members(&self, context: &Context<'_>, observed: &Observed) {
+        let members = observed.etcd.iter().flat_map(|e| &e.members);
+        let mut counts = [0usize; 4];
+        for member in members.clone() {
+            let state = match (member.started(), member.is_learner, member.healthy) {
+                (false, _, _) => 3,
+                (true, true, _) => 2,
+                (true, false, true) => 0,
+                (true, false, false) => 1,
+            };
+            if let Some(count) = counts.get_mut(state) {
+                *count += 1;
+            }
+        }
+        let voting = members.filter(|m| !m.is_learner).count();
+        let quorum = observed.etcd.is_some() && counts[0] >= plan::quorum(voting);
+        self.metrics
+            .set_etcd_cluster(&context.namespace, &context.name, counts, quorum);
+    }
+
+    /// Counts a membership call by its outcome, and passes it on.
+    fn counted<T>(
+        &self,
+        operation: &'static str,
+        result: Result<T, EtcdError>,
+    ) -> Result<T, EtcdError> {
+        let label = result.as_ref().err().map_or("success", EtcdError::label);
+        self.metrics.etcd_membership_operation(operation, label);
+        result
+    }
+
     /// The Services and the disruption budget: the same for every member, applied every pass.
     async fn apply_children(&self, context: &Context<'_>, uid: &str) -> Result<(), Error> {
         let client = &context.shared.client;
@@ -312,7 +351,7 @@ impl EtcdClusterReconciler {
                 )
             }
             Step::Promote { id, name } => {
-                match etcd.promote(&endpoints, *id).await {
+                match self.counted("promote", etcd.promote(&endpoints, *id).await) {
                     Ok(_) => {}
                     // Still catching up with the leader: the next look will promote it.
                     Err(EtcdError::LearnerNotReady { .. }) => return Ok(()),
@@ -344,9 +383,8 @@ impl EtcdClusterReconciler {
             }
             Step::AddMember { pod } => {
                 let peer = self.peer_url(context, pod);
-                let members = etcd
-                    .add_member(&endpoints, &peer, true)
-                    .await
+                let members = self
+                    .counted("add", etcd.add_member(&endpoints, &peer, true).await)
                     .map_err(etcd_error("add a member"))?
                     .members;
                 if let Some(crash) = &self.etcd.crash_after_member_add {
