@@ -376,6 +376,15 @@ async fn run_operator() -> Result<ExitCode> {
     if !built.success() {
         bail!("building app-operator failed");
     }
+    // kwok's Pods run nothing: the member runner runs etcd for every EtcdCluster member Pod, each
+    // on its own loopback address, which the operator reaches with loopback addressing.
+    let members_dir = layout.state_dir.join("etcd-members");
+    let _members = testkit::member_runner::MemberRunner::start(
+        local_cluster::admin_client(&kubeconfig).await?,
+        None,
+        &members_dir,
+    )
+    .await;
     let health = "127.0.0.1:8081";
     let mut operator = Command::new(repo().join("target/debug/app-operator"))
         .args([
@@ -384,6 +393,8 @@ async fn run_operator() -> Result<ExitCode> {
             "127.0.0.1:8080",
             "--health-probe-bind-address",
             health,
+            "--etcd-member-addressing",
+            "loopback",
         ])
         .env("APP_OPERATOR_KUBECONFIG", &kubeconfig)
         .spawn()
@@ -407,7 +418,7 @@ async fn run_operator() -> Result<ExitCode> {
     kubectl(&tools, &kubeconfig)
         .args([
             "get",
-            "myapps,appclusters,samples,deployments,services,horizontalpodautoscalers,pods",
+            "myapps,appclusters,samples,etcdclusters,deployments,services,horizontalpodautoscalers,pods",
             "-o",
             "wide",
         ])
@@ -418,8 +429,11 @@ async fn run_operator() -> Result<ExitCode> {
         kubeconfig.display(),
         tools.dir.join("bin").display()
     );
-    println!("  kubectl get myapps,appclusters,samples,pods");
-    Ok(exit_code(operator.wait()?))
+    println!("  kubectl get myapps,appclusters,samples,etcdclusters,pods");
+    println!("  kubectl get pods -l app=etcd   # seed 004: then set size: 2 in the EtcdCluster");
+    // The member runner lives on this runtime: wait for the operator off it.
+    let status = tokio::task::spawn_blocking(move || operator.wait()).await??;
+    Ok(exit_code(status))
 }
 
 /// A bare HTTP/1.0 GET on a local port (no client library needed): the body of a 200 response.

@@ -25,6 +25,12 @@ const BINARIES: &[Binary] = &[
         module: "etcd",
         package: "go.etcd.io/etcd/server/v3",
     },
+    // The release before the pinned one, for the EtcdCluster upgrade test (3.5 → 3.6).
+    Binary {
+        name: "etcd-3.5",
+        module: "etcd-3.5",
+        package: "go.etcd.io/etcd/server/v3",
+    },
     Binary {
         name: "kube-apiserver",
         module: "kubernetes",

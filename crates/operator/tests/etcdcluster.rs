@@ -134,51 +134,53 @@ async fn converged(ns: &TestNamespace, cluster: &str, size: usize) -> Vec<Member
     .await
 }
 
-/// Writes a key every 100 ms through whichever member answers; counts writes no member took.
+/// Writes a key every 100 ms through whichever member answers: counts writes no member took,
+/// and the longest time without a successful write.
 struct Writer {
-    failed: Arc<AtomicUsize>,
-    written: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<Writes>,
+}
+
+struct Writes {
+    written: usize,
+    failed: usize,
+    longest_gap: Duration,
 }
 
 impl Writer {
     fn start(ns: &TestNamespace, cluster: &str) -> Writer {
-        let (failed, written) = (Arc::default(), Arc::default());
         let stop = Arc::new(AtomicBool::new(false));
+        let (target, cluster) = (Target::from(ns), cluster.to_owned());
         let task = tokio::spawn({
-            let (failed, written, stop): (Arc<AtomicUsize>, Arc<AtomicUsize>, Arc<AtomicBool>) =
-                (Arc::clone(&failed), Arc::clone(&written), stop.clone());
-            let ns = Target::from(ns);
-            let cluster = cluster.to_owned();
+            let stop = stop.clone();
             async move {
-                let mut n = 0u64;
+                let mut writes = Writes {
+                    written: 0,
+                    failed: 0,
+                    longest_gap: Duration::ZERO,
+                };
+                let mut last_ok = std::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    if put(&endpoints(&ns, &cluster).await, &format!("k{n}"), "v").await {
-                        written.fetch_add(1, Ordering::Relaxed);
+                    let key = format!("k{}", writes.written + writes.failed);
+                    if put(&endpoints(&target, &cluster).await, &key, "v").await {
+                        writes.written += 1;
+                        writes.longest_gap = writes.longest_gap.max(last_ok.elapsed());
+                        last_ok = std::time::Instant::now();
                     } else {
-                        failed.fetch_add(1, Ordering::Relaxed);
+                        writes.failed += 1;
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
+                writes.longest_gap = writes.longest_gap.max(last_ok.elapsed());
+                writes
             }
         });
-        Writer {
-            failed,
-            written,
-            stop,
-            task,
-        }
+        Writer { stop, task }
     }
 
-    async fn finish(self) -> (usize, usize) {
+    async fn finish(self) -> Writes {
         self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap();
-        (
-            self.written.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-        )
+        self.task.await.unwrap()
     }
 }
 
@@ -288,7 +290,9 @@ async fn the_seed_walkthrough_on_real_etcd() {
     std::fs::write(&path, two).unwrap();
     kubectl_ok(&["apply", "-n", &s.ns.name, "-f", path.to_str().unwrap()]);
     let second = converged(&s.ns, CLUSTER, 2).await;
-    let (written, failed) = writer.finish().await;
+    let Writes {
+        written, failed, ..
+    } = writer.finish().await;
     assert!(written > 10, "the writer wrote only {written} keys");
     assert_eq!(
         failed,
@@ -446,7 +450,9 @@ async fn a_dead_member_is_replaced_and_a_lost_quorum_is_left_alone() {
         (!members.iter().any(|m| m.id == victim.id)).then_some(members)
     })
     .await;
-    let (written, failed) = writer.finish().await;
+    let Writes {
+        written, failed, ..
+    } = writer.finish().await;
     assert_eq!(failed, 0, "{failed} of {} writes failed", written + failed);
     let replacement: Vec<&Member> = after
         .iter()
@@ -621,4 +627,126 @@ async fn skipping_a_minor_release_is_degraded_not_rolled_out() {
     );
     assert_eq!(members(&target, CLUSTER).await.unwrap(), before);
     assert!(status(&s.ns).await.target_version.as_deref() == Some("3.8.0"));
+}
+
+/// 3.5 → 3.6 on three members: one member at a time (its Pod's image changes in place and the
+/// runner restarts the process on the same data with the new binary), `targetVersion` while
+/// rolling, the members keep their IDs, and writes never stop for more than 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_rolls_one_member_at_a_time_without_a_write_gap() {
+    let s = setup("etcd-upgrade").await;
+    let target = Target::from(&s.ns);
+    let old = std::fs::read_to_string(SAMPLE)
+        .unwrap()
+        .replace("size: 1", "size: 3")
+        .replace("3.6.16", "3.5.35");
+    let path = std::env::temp_dir().join(format!("{}-3.5.yaml", s.ns.name));
+    std::fs::write(&path, old).unwrap();
+    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", path.to_str().unwrap()]);
+    let before = converged(&s.ns, CLUSTER, 3).await;
+    assert_eq!(
+        status(&s.ns).await.current_version.as_deref(),
+        Some("3.5.35")
+    );
+
+    // Sample the Pods' versions and the status while rolling.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let most_moving = Arc::new(AtomicUsize::new(0));
+    let saw_target = Arc::new(AtomicBool::new(false));
+    let sampler = tokio::spawn({
+        let (sampling, most_moving, saw_target) =
+            (sampling.clone(), most_moving.clone(), saw_target.clone());
+        let (target, clusters) = (target.clone(), s.ns.api::<EtcdCluster>());
+        async move {
+            while sampling.load(Ordering::Relaxed) {
+                // A member is "moving" while its Pod says 3.6 but it does not answer as 3.6 yet;
+                // counted from the Pods whose process is not the new one.
+                let pods = pods(&target, CLUSTER).await;
+                let new = pods
+                    .iter()
+                    .filter(|p| {
+                        p.annotations().get("etcd.version").map(String::as_str) == Some("3.6.16")
+                    })
+                    .count();
+                let status = clusters.get(CLUSTER).await.ok().and_then(|c| c.status);
+                if let Some(status) = status {
+                    if status.target_version.as_deref() == Some("3.6.16") && new < 3 {
+                        saw_target.store(true, Ordering::Relaxed);
+                    }
+                    let upgraded = status.current_version.as_deref() == Some("3.6.16");
+                    let moving = if upgraded {
+                        0
+                    } else {
+                        new.saturating_sub(count_answering_new(&target).await)
+                    };
+                    most_moving.fetch_max(moving, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    let writer = Writer::start(&s.ns, CLUSTER);
+    s.ns.api::<EtcdCluster>()
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "version": "3.6.16" } })),
+        )
+        .await
+        .unwrap();
+    eventually(SLOW, "every member on 3.6.16", || async {
+        let status = status(&s.ns).await;
+        (status.current_version.as_deref() == Some("3.6.16") && status.target_version.is_none())
+            .then_some(())
+    })
+    .await;
+    let after = converged(&s.ns, CLUSTER, 3).await;
+    let writes = writer.finish().await;
+    sampling.store(false, Ordering::Relaxed);
+    sampler.await.unwrap();
+
+    let ids = |members: &[Member]| {
+        let mut ids: Vec<u64> = members.iter().map(|m| m.id).collect();
+        ids.sort_unstable();
+        ids
+    };
+    assert_eq!(
+        ids(&after),
+        ids(&before),
+        "members upgrade in place, keeping their IDs"
+    );
+    assert!(
+        saw_target.load(Ordering::Relaxed),
+        "targetVersion was never shown while rolling"
+    );
+    assert!(
+        most_moving.load(Ordering::Relaxed) <= 1,
+        "more than one member upgrading at once"
+    );
+    assert!(
+        writes.longest_gap < Duration::from_secs(5),
+        "writes stopped for {:?}",
+        writes.longest_gap
+    );
+    let starts = s.runner.starts();
+    assert_eq!(
+        starts.iter().filter(|s| s.version == "3.6").count(),
+        3,
+        "{starts:?}"
+    );
+}
+
+/// How many of the cluster's members answer their status as 3.6.
+async fn count_answering_new(target: &Target) -> usize {
+    let mut count = 0;
+    for endpoint in endpoints(target, CLUSTER).await {
+        let address = endpoint.trim_start_matches("http://").parse().unwrap();
+        if let Some((200, body)) =
+            testkit::etcd::http_request(address, "POST", "/v3/maintenance/status", "{}").await
+            && body.contains("\"version\":\"3.6.16\"")
+        {
+            count += 1;
+        }
+    }
+    count
 }
