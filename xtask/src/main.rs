@@ -431,9 +431,26 @@ async fn run_operator() -> Result<ExitCode> {
     );
     println!("  kubectl get myapps,appclusters,samples,etcdclusters,pods");
     println!("  kubectl get pods -l app=etcd   # seed 004: then set size: 2 in the EtcdCluster");
-    // The member runner lives on this runtime: wait for the operator off it.
-    let status = tokio::task::spawn_blocking(move || operator.wait()).await??;
+    // The member runner lives on this runtime: wait for the operator off it. On SIGINT or SIGTERM
+    // the operator is stopped and the runner dropped, which stops the etcd members it started.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(operator.id())?);
+    let mut exited = tokio::task::spawn_blocking(move || operator.wait());
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let status = tokio::select! {
+        status = &mut exited => status??,
+        _ = tokio::signal::ctrl_c() => stop(pid, exited).await?,
+        _ = terminate.recv() => stop(pid, exited).await?,
+    };
     Ok(exit_code(status))
+}
+
+/// Sends the operator SIGTERM and waits for it to exit.
+async fn stop(
+    pid: nix::unistd::Pid,
+    exited: tokio::task::JoinHandle<std::io::Result<std::process::ExitStatus>>,
+) -> Result<std::process::ExitStatus> {
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    Ok(exited.await??)
 }
 
 /// A bare HTTP/1.0 GET on a local port (no client library needed): the body of a 200 response.
