@@ -236,6 +236,14 @@ async fn get(endpoints: &[String], key: &str) -> Option<String> {
     None
 }
 
+/// The sample applied (one member), then scaled to three.
+async fn three_members(ns: &TestNamespace) -> Vec<Member> {
+    kubectl_ok(&["apply", "-n", &ns.name, "-f", SAMPLE]);
+    converged(ns, CLUSTER, 1).await;
+    resize(ns, CLUSTER, 3).await;
+    converged(ns, CLUSTER, 3).await
+}
+
 async fn resize(ns: &TestNamespace, cluster: &str, size: i32) {
     ns.api::<EtcdCluster>()
         .patch(
@@ -410,10 +418,7 @@ async fn scaling_1_to_3_and_back_keeps_quorum_and_data() {
 async fn a_dead_member_is_replaced_and_a_lost_quorum_is_left_alone() {
     let s = setup("etcd-heal").await;
     let target = Target::from(&s.ns);
-    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
-    converged(&s.ns, CLUSTER, 1).await;
-    resize(&s.ns, CLUSTER, 3).await;
-    let before = converged(&s.ns, CLUSTER, 3).await;
+    let before = three_members(&s.ns).await;
 
     // A follower dies: its endpoint refuses at once, so the writer never waits on an election.
     let leader = testkit::etcd::http_request(
@@ -563,10 +568,7 @@ async fn an_operator_killed_between_member_add_and_pod_create_converges_after_re
 async fn deleting_the_cluster_removes_pods_services_and_processes() {
     let s = setup("etcd-delete").await;
     let target = Target::from(&s.ns);
-    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
-    converged(&s.ns, CLUSTER, 1).await;
-    resize(&s.ns, CLUSTER, 3).await;
-    converged(&s.ns, CLUSTER, 3).await;
+    three_members(&s.ns).await;
     let services = kubectl_ok(&["get", "services", "-n", &s.ns.name, "-o", "name"]);
     assert!(
         services.contains("service/example-etcd-cluster\n")

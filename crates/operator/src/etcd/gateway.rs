@@ -79,6 +79,18 @@ impl EtcdGateway {
         EtcdGateway { http, settings }
     }
 
+    /// Promotes or removes member `id` (`path`); returns the members after the change.
+    async fn change_member(
+        &self,
+        endpoints: &[String],
+        path: &str,
+        id: u64,
+    ) -> Result<Vec<Member>, EtcdError> {
+        let body = json!({ "ID": id.to_string() });
+        let answer: MemberListAnswer = self.on_any(endpoints, path, &body, Call::Change).await?;
+        Ok(members(answer.members))
+    }
+
     /// Sends `body` to each endpoint in turn until one answers, or fails in a way that trying
     /// another would not help (see [`may_try_next`]).
     async fn on_any<T: DeserializeOwned>(
@@ -208,13 +220,7 @@ impl EtcdApi for EtcdGateway {
         endpoints: &'a [String],
         id: u64,
     ) -> BoxFuture<'a, Result<Vec<Member>, EtcdError>> {
-        Box::pin(async move {
-            let body = json!({ "ID": id.to_string() });
-            let answer: MemberListAnswer = self
-                .on_any(endpoints, MEMBER_PROMOTE, &body, Call::Change)
-                .await?;
-            Ok(members(answer.members))
-        })
+        Box::pin(self.change_member(endpoints, MEMBER_PROMOTE, id))
     }
 
     fn remove<'a>(
@@ -222,13 +228,7 @@ impl EtcdApi for EtcdGateway {
         endpoints: &'a [String],
         id: u64,
     ) -> BoxFuture<'a, Result<Vec<Member>, EtcdError>> {
-        Box::pin(async move {
-            let body = json!({ "ID": id.to_string() });
-            let answer: MemberListAnswer = self
-                .on_any(endpoints, MEMBER_REMOVE, &body, Call::Change)
-                .await?;
-            Ok(members(answer.members))
-        })
+        Box::pin(self.change_member(endpoints, MEMBER_REMOVE, id))
     }
 
     fn status<'a>(&'a self, endpoint: &'a str) -> BoxFuture<'a, Result<Status, EtcdError>> {

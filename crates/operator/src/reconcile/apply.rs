@@ -29,6 +29,26 @@ pub fn is_controlled_by(object: &impl Resource, owner_uid: &str) -> bool {
     controls(object.meta(), owner_uid)
 }
 
+/// The cached objects in `namespace` controlled by the owner with `owner_uid`.
+pub fn controlled<C>(
+    store: &kube::runtime::reflector::Store<C>,
+    namespace: &str,
+    owner_uid: &str,
+) -> Vec<std::sync::Arc<C>>
+where
+    C: Resource + Clone,
+    C::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|object| {
+            object.meta().namespace.as_deref() == Some(namespace)
+                && is_controlled_by(object.as_ref(), owner_uid)
+        })
+        .collect()
+}
+
 fn controls(meta: &ObjectMeta, owner_uid: &str) -> bool {
     meta.owner_references
         .iter()

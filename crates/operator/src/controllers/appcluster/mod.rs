@@ -28,7 +28,7 @@ use self::expectations::{Expectations, Seen};
 use self::pods::{is_active, is_finished, is_ready, surplus};
 use self::status::status;
 use crate::reconcile::Error;
-use crate::reconcile::apply::{controller_reference, is_controlled_by};
+use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::backoff::Backoff;
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, key};
 
@@ -71,15 +71,7 @@ impl Reconciler for AppClusterReconciler {
             // Going away; the garbage collector removes its Pods.
             return Ok(Action::await_change());
         }
-        let owned: Vec<Arc<Pod>> = self
-            .pods
-            .state()
-            .into_iter()
-            .filter(|pod| {
-                pod.namespace().as_deref() == Some(namespace.as_str())
-                    && is_controlled_by(pod.as_ref(), &uid)
-            })
-            .collect();
+        let owned = controlled(&self.pods, &namespace, &uid);
         let by_name: HashMap<String, &Pod> = owned
             .iter()
             .map(|pod| (pod.name_any(), pod.as_ref()))

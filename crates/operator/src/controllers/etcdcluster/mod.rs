@@ -36,7 +36,7 @@ use self::children::{ClusterState, MemberPod as MemberPodSpec, pod_version};
 use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
 use self::version::Version;
 use crate::etcd::{self as etcd_api, EtcdApi, EtcdError};
-use crate::reconcile::apply::{controller_reference, is_controlled_by};
+use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::children::{OnImmutable, Owned};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared};
 use crate::reconcile::{Error, FIELD_MANAGER};
@@ -120,15 +120,7 @@ impl Reconciler for EtcdClusterReconciler {
 
         let mut outcome = self.apply_children(&context, &uid).await;
 
-        let pods: Vec<Arc<Pod>> = self
-            .pods
-            .state()
-            .into_iter()
-            .filter(|pod| {
-                pod.namespace().as_deref() == Some(namespace.as_str())
-                    && is_controlled_by(pod.as_ref(), &uid)
-            })
-            .collect();
+        let pods = controlled(&self.pods, &namespace, &uid);
         let observed = Observed {
             pods: pods.iter().map(|pod| member_pod(pod)).collect(),
             etcd: self.membership(&context, &pods).await,
@@ -336,15 +328,8 @@ impl EtcdClusterReconciler {
                     .members(&endpoints)
                     .await
                     .map_err(etcd_error("list members"))?;
-                let initial = self.initial_cluster(context, &members, pod);
-                self.create_member_pod(
-                    context,
-                    pod,
-                    &desired.version,
-                    &initial,
-                    ClusterState::Existing,
-                )
-                .await?;
+                self.create_joining_pod(context, pod, &desired.version, &members)
+                    .await?;
                 (
                     "MemberPodCreated",
                     format!("created the Pod of added member {pod}"),
@@ -391,15 +376,8 @@ impl EtcdClusterReconciler {
                     crash.cancel();
                     return Ok(());
                 }
-                let initial = self.initial_cluster(context, &members, pod);
-                self.create_member_pod(
-                    context,
-                    pod,
-                    &desired.version,
-                    &initial,
-                    ClusterState::Existing,
-                )
-                .await?;
+                self.create_joining_pod(context, pod, &desired.version, &members)
+                    .await?;
                 (
                     "MemberAdded",
                     format!("added member {pod} as a learner, then its Pod"),
@@ -506,6 +484,19 @@ impl EtcdClusterReconciler {
         let member = children::member_pod(context.cluster, &context.owner, &spec);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
         create(&pods, &member, "Pod", pod).await
+    }
+
+    /// Creates the Pod of a member already added to `members`, to join the running cluster.
+    async fn create_joining_pod(
+        &self,
+        context: &Context<'_>,
+        pod: &str,
+        version: &Version,
+        members: &[etcd_api::Member],
+    ) -> Result<(), Error> {
+        let initial = self.initial_cluster(context, members, pod);
+        self.create_member_pod(context, pod, version, &initial, ClusterState::Existing)
+            .await
     }
 
     /// Deletes a member's Pod and its data claim.
