@@ -343,8 +343,9 @@ async fn the_seed_walkthrough_on_real_etcd() {
     }
 }
 
-/// 1 → 3 never has two joining members at once; 3 → 1 removes each member before its Pod, and
-/// the data survives.
+/// 1 → 3 never has two joining members at once; 3 → 1 removes each member from etcd before its
+/// Pod is deleted (the runner lists the members just before it stops a process), and the data
+/// survives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_1_to_3_and_back_keeps_quorum_and_data() {
     let s = setup("etcd-scale").await;
@@ -390,6 +391,19 @@ async fn scaling_1_to_3_and_back_keeps_quorum_and_data() {
 
     resize(&s.ns, CLUSTER, 1).await;
     converged(&s.ns, CLUSTER, 1).await;
+    let stops = s.runner.stops();
+    assert_eq!(stops.len(), 2, "two members' processes stopped: {stops:?}");
+    for stop in &stops {
+        let before = stop
+            .members_before
+            .as_ref()
+            .expect("the member list before the stop");
+        assert!(
+            before.iter().all(|m| m.name != stop.pod),
+            "{} was still a member when its Pod was deleted: {before:?}",
+            stop.pod
+        );
+    }
     assert_eq!(
         get(&endpoints(&Target::from(&s.ns), CLUSTER).await, "kept")
             .await
@@ -751,4 +765,87 @@ async fn count_answering_new(target: &Target) -> usize {
         }
     }
     count
+}
+
+/// With `pod.persistentVolumeClaimSpec`, each member has a claim of its own, named after its Pod;
+/// a removed member's claim goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_member_keeps_its_data_on_its_own_claim_deleted_with_the_member() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let s = setup("etcd-claims").await;
+    let class = format!("etcd-{}", s.ns.name);
+    // Static volumes for the claims to bind to (there is no provisioner here).
+    let volumes: kube::Api<PersistentVolume> = kube::Api::all(s.ns.client.clone());
+    for index in 0..3 {
+        let volume: PersistentVolume = testkit::object(serde_json::json!({
+            "metadata": { "name": format!("{class}-{index}") },
+            "spec": {
+                "storageClassName": class,
+                "capacity": { "storage": "1Gi" },
+                "accessModes": ["ReadWriteOnce"],
+                "hostPath": { "path": format!("/tmp/{class}-{index}") }
+            }
+        }));
+        volumes.create(&Default::default(), &volume).await.unwrap();
+    }
+    let manifest = format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {CLUSTER}\nspec:\n  size: 3\n  pod:\n    persistentVolumeClaimSpec:\n      storageClassName: {class}\n      accessModes: [ReadWriteOnce]\n      resources:\n        requests:\n          storage: 1Gi\n"
+    );
+    let path = std::env::temp_dir().join(format!("{}-claims.yaml", s.ns.name));
+    std::fs::write(&path, manifest).unwrap();
+    kubectl_ok(&["apply", "-n", &s.ns.name, "-f", path.to_str().unwrap()]);
+    let members = converged(&s.ns, CLUSTER, 3).await;
+
+    let claims = s.ns.api::<PersistentVolumeClaim>();
+    let claim_names = || async {
+        let mut names: Vec<String> = claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .map(ResourceExt::name_any)
+            .collect();
+        names.sort();
+        names
+    };
+    let mut member_names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
+    member_names.sort();
+    assert_eq!(
+        claim_names().await,
+        member_names,
+        "one claim per member, named after its Pod"
+    );
+    let pod = &pods(&Target::from(&s.ns), CLUSTER).await[0];
+    let volume = &pod.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
+    assert_eq!(
+        volume
+            .persistent_volume_claim
+            .as_ref()
+            .map(|c| c.claim_name.clone()),
+        Some(pod.name_any())
+    );
+
+    resize(&s.ns, CLUSTER, 1).await;
+    let left = converged(&s.ns, CLUSTER, 1).await;
+    let left = eventually(SLOW, "the removed members' claims gone", || async {
+        let names = claim_names().await;
+        (names == [left[0].name.clone()]).then_some(names)
+    })
+    .await;
+    assert_eq!(left.len(), 1);
+    kubectl_ok(&[
+        "delete",
+        "etcdcluster",
+        CLUSTER,
+        "-n",
+        &s.ns.name,
+        "--wait=true",
+    ]);
+    for index in 0..3 {
+        let _ = volumes
+            .delete(&format!("{class}-{index}"), &Default::default())
+            .await;
+    }
 }

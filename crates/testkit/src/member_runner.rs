@@ -45,6 +45,14 @@ pub struct Start {
     pub members_before: Option<Vec<ListedMember>>,
 }
 
+/// One process stop because its Pod went away.
+#[derive(Clone, Debug)]
+pub struct Stop {
+    pub pod: String,
+    /// The member list the other running members reported just before the stop.
+    pub members_before: Option<Vec<ListedMember>>,
+}
+
 struct Running {
     process: EtcdProcess,
     image: String,
@@ -56,6 +64,7 @@ struct Running {
 struct State {
     running: HashMap<String, Running>,
     starts: Vec<Start>,
+    stops: Vec<Stop>,
 }
 
 /// Runs until dropped; every process it started is killed then.
@@ -86,6 +95,11 @@ impl MemberRunner {
     /// Every process start so far, in order.
     pub fn starts(&self) -> Vec<Start> {
         lock(&self.state).starts.clone()
+    }
+
+    /// Every process stop for a Pod that went away, in order.
+    pub fn stops(&self) -> Vec<Stop> {
+        lock(&self.state).stops.clone()
     }
 
     /// The Pods whose process runs now.
@@ -180,18 +194,27 @@ async fn watch_pods(pods: Api<Pod>, state: Arc<Mutex<State>>, dir: PathBuf) {
             Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
                 sync_pod(&pods, &state, &dir, &pod).await;
             }
-            Ok(watcher::Event::Delete(pod)) => stop(&state, &key(&pod)),
+            Ok(watcher::Event::Delete(pod)) => stop(&state, &key(&pod)).await,
             _ => {}
         }
     }
 }
 
-/// Stops the process of the Pod `key`; its data goes with the Pod.
-fn stop(state: &Mutex<State>, key: &str) {
+/// Stops the process of the Pod `key` (recording the member list just before); its data goes
+/// with the Pod.
+async fn stop(state: &Mutex<State>, key: &str) {
+    let Some(args) = lock(state).running.get(key).map(|r| r.args.clone()) else {
+        return;
+    };
+    let members_before = list_members(state, &args).await;
     let stopped = lock(state).running.remove(key);
     if let Some(mut stopped) = stopped {
         stopped.process.stop();
         let _ = std::fs::remove_dir_all(&stopped.data_dir);
+        lock(state).stops.push(Stop {
+            pod: pod_name(&args).to_owned(),
+            members_before,
+        });
     }
 }
 
@@ -206,7 +229,7 @@ async fn sync_pod(pods: &Api<Pod>, state: &Arc<Mutex<State>>, dir: &Path, pod: &
     };
     let running_image = lock(state).running.get(&key).map(|r| r.image.clone());
     match running_image {
-        Some(_) if gone => stop(state, &key),
+        Some(_) if gone => stop(state, &key).await,
         Some(old) if old != image => {
             // An in-place image change: the same member, on the same data, on the new binary.
             let previous = lock(state).running.remove(&key);
@@ -245,7 +268,7 @@ async fn start(
         return;
     };
     let members_before = match flag(args, "--initial-cluster-state") {
-        Some("existing") => list_members(args).await,
+        Some("existing") => list_members(state, args).await,
         _ => None,
     };
     let data_dir = data_dir.unwrap_or_else(|| dir.join(key.replace('/', "_")).join("data"));
@@ -272,27 +295,22 @@ async fn start(
     );
 }
 
-/// The member list from the first member of `--initial-cluster` (other than this one) that
-/// answers on its client port.
-async fn list_members(args: &[String]) -> Option<Vec<ListedMember>> {
-    let me = pod_name(args);
-    let peers = flag(args, "--initial-cluster")?;
-    for entry in peers.split(',') {
-        let Some((name, peer_url)) = entry.split_once('=') else {
-            continue;
-        };
-        let Some(host) = peer_url
+/// The member list from the first other running member that answers.
+async fn list_members(state: &Mutex<State>, args: &[String]) -> Option<Vec<ListedMember>> {
+    let me = pod_name(args).to_owned();
+    let others: Vec<String> = lock(state)
+        .running
+        .values()
+        .filter(|r| pod_name(&r.args) != me)
+        .filter_map(|r| flag(&r.args, "--advertise-client-urls").map(str::to_owned))
+        .collect();
+    for url in others {
+        let Some(address) = url
             .strip_prefix("http://")
-            .and_then(|rest| rest.strip_suffix(":2380"))
+            .and_then(|host| host.parse::<SocketAddr>().ok())
         else {
             continue;
         };
-        let Ok(address) = format!("{host}:2379").parse::<SocketAddr>() else {
-            continue;
-        };
-        if name == me {
-            continue;
-        }
         let Some((200, body)) =
             http_request(address, "POST", "/v3/cluster/member/list", "{}").await
         else {

@@ -190,3 +190,158 @@ pub fn status(
         selector: Some(selector(&cluster.metadata.name.clone().unwrap_or_default())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use app_operator_api::EtcdClusterSpec;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::super::plan::{Member, MemberPod, Membership};
+    use super::super::version::Version;
+    use super::*;
+
+    fn cluster() -> EtcdCluster {
+        let spec: EtcdClusterSpec =
+            serde_json::from_value(serde_json::json!({ "size": 3 })).unwrap();
+        let mut cluster = EtcdCluster::new("db", spec);
+        cluster.metadata.generation = Some(2);
+        cluster
+    }
+
+    fn member(id: u64, healthy: bool) -> Member {
+        Member {
+            id,
+            name: format!("db-{id}"),
+            pod: Some(format!("db-{id}")),
+            is_learner: false,
+            healthy,
+            version: Version::parse("3.6.16"),
+        }
+    }
+
+    fn observed(members: Vec<Member>) -> Observed {
+        Observed {
+            pods: members
+                .iter()
+                .map(|m| MemberPod {
+                    name: m.name.clone(),
+                    dead: false,
+                    terminating: false,
+                    version: Version::parse("3.6.16"),
+                })
+                .collect(),
+            etcd: Some(Membership {
+                members,
+                leader: Some(1),
+            }),
+            ever_served: true,
+        }
+    }
+
+    fn desired() -> Desired {
+        Desired {
+            size: 3,
+            version: Version::parse("3.6.16").unwrap(),
+            paused: false,
+        }
+    }
+
+    fn reason(status: &EtcdClusterStatus, type_: &str) -> (String, String) {
+        let c = status.conditions.iter().find(|c| c.type_ == type_).unwrap();
+        (c.status.clone(), c.reason.clone())
+    }
+
+    fn at_rest() -> Plan {
+        Plan {
+            step: None,
+            blocked: None,
+            progressing: false,
+        }
+    }
+
+    #[test]
+    fn a_healthy_cluster_is_available_settled_and_not_degraded() {
+        let now = Time(Timestamp::constant(10, 0));
+        let seen = observed(vec![member(1, true), member(2, true), member(3, true)]);
+        let status = status(&cluster(), &desired(), &seen, &at_rest(), None, &now);
+        assert_eq!(status.phase, EtcdClusterPhase::Running);
+        assert_eq!((status.size, status.ready_members), (3, 3));
+        assert_eq!(
+            reason(&status, AVAILABLE),
+            ("True".into(), "QuorumHealthy".into())
+        );
+        assert_eq!(
+            reason(&status, PROGRESSING),
+            ("False".into(), "Settled".into())
+        );
+        assert_eq!(reason(&status, DEGRADED).0, "False");
+        assert_eq!(status.current_version.as_deref(), Some("3.6.16"));
+        assert_eq!(status.target_version, None);
+        assert_eq!(status.selector.as_deref(), Some("app=etcd,etcd_cluster=db"));
+    }
+
+    #[test]
+    fn one_unanswering_member_of_three_is_degraded_but_available() {
+        let now = Time(Timestamp::constant(10, 0));
+        let seen = observed(vec![member(1, true), member(2, true), member(3, false)]);
+        let status = status(&cluster(), &desired(), &seen, &at_rest(), None, &now);
+        assert_eq!(reason(&status, AVAILABLE).0, "True");
+        assert_eq!(
+            reason(&status, DEGRADED),
+            ("True".into(), "MembersUnreachable".into())
+        );
+        assert_eq!(status.members.unready, ["db-3"]);
+    }
+
+    #[test]
+    fn a_step_names_what_is_progressing_and_a_lost_quorum_is_degraded() {
+        let now = Time(Timestamp::constant(10, 0));
+        let seen = observed(vec![member(1, true), member(2, false), member(3, false)]);
+        let plan = Plan {
+            step: Some(Step::ReplaceDead {
+                id: 3,
+                name: "db-3".into(),
+            }),
+            blocked: Some(Blocked::QuorumLost),
+            progressing: true,
+        };
+        let status = status(&cluster(), &desired(), &seen, &plan, None, &now);
+        assert_eq!(
+            reason(&status, PROGRESSING),
+            ("True".into(), "ReplacingDeadMember".into())
+        );
+        assert_eq!(
+            reason(&status, AVAILABLE),
+            ("False".into(), "QuorumLost".into())
+        );
+        assert_eq!(
+            reason(&status, DEGRADED),
+            ("True".into(), "QuorumLost".into())
+        );
+    }
+
+    #[test]
+    fn a_new_cluster_is_creating_until_it_serves() {
+        let now = Time(Timestamp::constant(10, 0));
+        let seen = Observed {
+            pods: vec![],
+            etcd: None,
+            ever_served: false,
+        };
+        let plan = Plan {
+            step: Some(Step::Bootstrap { pod: "db-1".into() }),
+            blocked: None,
+            progressing: true,
+        };
+        let status = status(&cluster(), &desired(), &seen, &plan, None, &now);
+        assert_eq!(status.phase, EtcdClusterPhase::Creating);
+        assert_eq!(
+            reason(&status, AVAILABLE),
+            ("False".into(), "Creating".into())
+        );
+        assert_eq!(
+            reason(&status, PROGRESSING),
+            ("True".into(), "ScalingUp".into())
+        );
+    }
+}
