@@ -267,3 +267,93 @@ fn non_empty(map: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> 
 fn non_empty_vec<T>(items: Vec<T>) -> Option<Vec<T>> {
     (!items.is_empty()).then_some(items)
 }
+
+#[cfg(test)]
+mod tests {
+    use app_operator_api::EtcdClusterSpec;
+
+    use super::*;
+
+    fn cluster(spec: serde_json::Value) -> (EtcdCluster, OwnerReference) {
+        let spec: EtcdClusterSpec = serde_json::from_value(spec).unwrap();
+        let mut cluster = EtcdCluster::new("db", spec);
+        cluster.metadata.namespace = Some("prod".into());
+        cluster.metadata.uid = Some("uid-1".into());
+        let owner = crate::reconcile::apply::controller_reference(&cluster).unwrap();
+        (cluster, owner)
+    }
+
+    #[test]
+    fn a_member_pod_joins_under_its_stable_dns_name_and_is_never_restarted() {
+        let (cluster, owner) = cluster(serde_json::json!({
+            "size": 3,
+            "pod": { "labels": { "team": "a" }, "etcdEnv": [{ "name": "ETCD_QUOTA_BACKEND_BYTES", "value": "1" }] }
+        }));
+        let version = Version::parse("3.6.16").unwrap();
+        let member = MemberPod {
+            name: "db-abcde12345",
+            version: &version,
+            initial_cluster: "db-1=http://a:2380,db-abcde12345=http://b:2380",
+            state: ClusterState::Existing,
+            addressing: Addressing::ClusterDns,
+        };
+        let pod = member_pod(&cluster, &owner, &member);
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("db-abcde12345"));
+        assert_eq!(spec.subdomain.as_deref(), Some("db"));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        let container = &spec.containers[0];
+        assert_eq!(
+            container.image.as_deref(),
+            Some("gcr.io/etcd-development/etcd:v3.6.16")
+        );
+        let command = container.command.clone().unwrap();
+        for flag in [
+            "--name=db-abcde12345",
+            "--listen-peer-urls=http://0.0.0.0:2380",
+            "--advertise-client-urls=http://db-abcde12345.db.prod.svc:2379",
+            "--initial-advertise-peer-urls=http://db-abcde12345.db.prod.svc:2380",
+            "--initial-cluster=db-1=http://a:2380,db-abcde12345=http://b:2380",
+            "--initial-cluster-state=existing",
+            "--initial-cluster-token=uid-1",
+        ] {
+            assert!(
+                command.iter().any(|c| c == flag),
+                "{flag} missing: {command:?}"
+            );
+        }
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(labels.get("app").map(String::as_str), Some("etcd"));
+        assert_eq!(labels.get("etcd_cluster").map(String::as_str), Some("db"));
+        assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+        assert_eq!(
+            pod.metadata
+                .annotations
+                .unwrap()
+                .get(VERSION_ANNOTATION)
+                .map(String::as_str),
+            Some("3.6.16")
+        );
+        assert_eq!(container.env.as_ref().map(Vec::len), Some(1));
+        assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
+        assert!(member_claim(&cluster, &owner, "db-abcde12345").is_none());
+    }
+
+    #[test]
+    fn services_and_the_budget_keep_quorum_and_reach_unready_members() {
+        let (cluster, owner) = cluster(serde_json::json!({ "size": 5 }));
+        let peer = peer_service(&cluster, &owner).spec.unwrap();
+        assert_eq!(peer.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(peer.publish_not_ready_addresses, Some(true));
+        assert_eq!(
+            client_service(&cluster, &owner).metadata.name.as_deref(),
+            Some("db-client")
+        );
+        let budget = disruption_budget(&cluster, &owner).spec.unwrap();
+        assert_eq!(
+            budget.max_unavailable,
+            Some(IntOrString::Int(2)),
+            "5 members spare 2"
+        );
+    }
+}
