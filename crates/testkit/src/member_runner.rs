@@ -45,11 +45,14 @@ pub struct Start {
     pub members_before: Option<Vec<ListedMember>>,
 }
 
-/// One process stop because its Pod went away.
+/// One member process that ended: stopped because its Pod went away, or exited by itself (etcd
+/// exits once it is removed from the cluster; or it crashed).
 #[derive(Clone, Debug)]
 pub struct Stop {
     pub pod: String,
-    /// The member list the other running members reported just before the stop.
+    pub exited: bool,
+    /// The member list the other running members reported just before the stop (for an exit:
+    /// just after it was noticed).
     pub members_before: Option<Vec<ListedMember>>,
 }
 
@@ -97,7 +100,7 @@ impl MemberRunner {
         lock(&self.state).starts.clone()
     }
 
-    /// Every process stop for a Pod that went away, in order.
+    /// Every member process that ended, in order.
     pub fn stops(&self) -> Vec<Stop> {
         lock(&self.state).stops.clone()
     }
@@ -213,6 +216,7 @@ async fn stop(state: &Mutex<State>, key: &str) {
         let _ = std::fs::remove_dir_all(&stopped.data_dir);
         lock(state).stops.push(Stop {
             pod: pod_name(&args).to_owned(),
+            exited: false,
             members_before,
         });
     }
@@ -344,7 +348,7 @@ async fn reap(pods: Api<Pod>, state: Arc<Mutex<State>>) {
     // `pods` may span all namespaces; `fail` addresses each Pod in its own.
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let dead: Vec<(String, String)> = {
+        let dead: Vec<(String, Vec<String>, String)> = {
             let mut state = lock(&state);
             let exited: Vec<String> = state
                 .running
@@ -355,11 +359,18 @@ async fn reap(pods: Api<Pod>, state: Arc<Mutex<State>>) {
                 .into_iter()
                 .filter_map(|key| {
                     let running = state.running.remove(&key)?;
-                    Some((key, running.process.log_tail(3)))
+                    Some((key, running.args.clone(), running.process.log_tail(3)))
                 })
                 .collect()
         };
-        for (key, log) in dead {
+        for (key, args, log) in dead {
+            // etcd ends its own process once it has been removed from the cluster.
+            let members_before = list_members(&state, &args).await;
+            lock(&state).stops.push(Stop {
+                pod: pod_name(&args).to_owned(),
+                exited: true,
+                members_before,
+            });
             fail(
                 &pods,
                 &key,
