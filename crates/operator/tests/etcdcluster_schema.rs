@@ -75,6 +75,25 @@ async fn the_seed_manifests_apply_unchanged_and_kubectl_shows_the_columns() {
         "jsonpath={.spec.size} {.spec.repository}",
     ]);
     assert_eq!(spec, "2 gcr.io/etcd-development/etcd", "defaults filled in");
+    // The scale subresource is `spec.size`.
+    testkit::kubectl_ok(&[
+        "scale",
+        "etcd",
+        "example-etcd-cluster",
+        "--replicas=3",
+        "-n",
+        &ns.name,
+    ]);
+    let size = testkit::kubectl_ok(&[
+        "get",
+        "etcd",
+        "example-etcd-cluster",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.spec.size}",
+    ]);
+    assert_eq!(size, "3");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

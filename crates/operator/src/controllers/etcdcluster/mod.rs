@@ -48,6 +48,9 @@ pub const NAME: &str = "etcdcluster";
 /// etcd's progress sends no Kubernetes event.
 const PROGRESS_POLL: Duration = Duration::from_secs(2);
 
+/// How soon to look again while a member does not answer or the cluster has no quorum.
+const HEALTH_POLL: Duration = Duration::from_secs(15);
+
 /// How the controller reaches members, and a hook for tests.
 #[derive(Clone)]
 pub struct EtcdSettings {
@@ -153,8 +156,15 @@ impl Reconciler for EtcdClusterReconciler {
             outcome.as_ref().err(),
             &now,
         );
+        let unhealthy = observed
+            .etcd
+            .as_ref()
+            .is_none_or(|etcd| etcd.members.iter().any(|m| !m.healthy));
         let then = if plan.step.is_some() || plan.progressing {
             Action::requeue(PROGRESS_POLL)
+        } else if plan.blocked.is_some() || unhealthy {
+            // A member that stops answering, or comes back, makes no Kubernetes event either.
+            Action::requeue(HEALTH_POLL)
         } else {
             Action::await_change()
         };
