@@ -469,12 +469,6 @@ fn uint64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 mod tests {
     use super::*;
 

@@ -80,12 +80,6 @@ pub fn surplus(mut active: Vec<&Pod>, count: usize) -> Vec<&Pod> {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 mod tests {
     use super::*;
     use crate::reconcile::apply::controller_reference;

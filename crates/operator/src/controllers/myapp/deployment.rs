@@ -94,12 +94,6 @@ fn quantities(list: &ResourceList) -> BTreeMap<String, Quantity> {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 mod tests {
     use app_operator_api::myapp::AutoScalingSpec;
 

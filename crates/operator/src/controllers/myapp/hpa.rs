@@ -40,12 +40,6 @@ pub fn hpa(app: &MyApp, owner: OwnerReference) -> Option<HorizontalPodAutoscaler
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 mod tests {
     use super::super::labels::tests::{full_app, minimal_app, owner};
     use super::*;

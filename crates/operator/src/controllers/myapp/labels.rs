@@ -44,12 +44,6 @@ pub fn child_metadata(app: &MyApp, owner: OwnerReference) -> ObjectMeta {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 pub(crate) mod tests {
     //! Also the MyApp fixtures of the sibling modules' tests (fixed names and uids, so the
     //! snapshots are deterministic).

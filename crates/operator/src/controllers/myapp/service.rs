@@ -54,12 +54,6 @@ pub fn ports_drifted(desired: &Service, actual: &Service) -> bool {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 mod tests {
     use serde_json::{Value, json};
 

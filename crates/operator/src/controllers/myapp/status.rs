@@ -93,12 +93,6 @@ pub fn status(
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 mod tests {
     use app_operator_api::conditions::{Condition, DEGRADED};
     use k8s_openapi::jiff::Timestamp;
