@@ -73,32 +73,32 @@ pub struct EtcdProcess {
 impl EtcdProcess {
     /// Starts `etcd --data-dir=<data_dir> <args>`, its output going to `log`. Returns at once.
     pub fn spawn(args: Vec<String>, data_dir: &Path, log: &Path) -> EtcdProcess {
-        Self::spawn_binary(&etcd_binary(), args, data_dir, log)
+        let binary = etcd_binary();
+        Self::spawn_binary(&binary, args, data_dir, log)
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()))
     }
 
-    /// [`EtcdProcess::spawn`] with another etcd binary (another release, for upgrades).
+    /// [`EtcdProcess::spawn`] with another etcd binary (another release, for upgrades); an error
+    /// instead of a failed test, for the member runner that `make run` uses too.
     pub fn spawn_binary(
         binary: &Path,
         args: Vec<String>,
         data_dir: &Path,
         log: &Path,
-    ) -> EtcdProcess {
-        let out = File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
-        let err = out
-            .try_clone()
-            .unwrap_or_else(|e| panic!("opening {}: {e}", log.display()));
+    ) -> std::io::Result<EtcdProcess> {
+        let out = File::create(log)?;
+        let err = out.try_clone()?;
         let child = Command::new(binary)
             .arg(format!("--data-dir={}", data_dir.display()))
             .args(&args)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
-        EtcdProcess {
+            .spawn()?;
+        Ok(EtcdProcess {
             child,
             log: log.to_owned(),
-        }
+        })
     }
 
     pub fn pid(&self) -> Pid {
@@ -154,21 +154,19 @@ impl EtcdProcess {
     }
 
     /// SIGTERM, and waits for it to exit (SIGKILL after 30 s).
-    pub fn stop(&mut self) -> ExitStatus {
+    pub fn stop(&mut self) -> std::io::Result<ExitStatus> {
         if self.exited().is_none() {
             let _ = kill(self.pid(), Signal::SIGTERM);
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Some(status) = self.exited() {
-                return status;
+                return Ok(status);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = kill(self.pid(), Signal::SIGKILL);
-        self.child
-            .wait()
-            .unwrap_or_else(|e| panic!("waiting for etcd: {e}"))
+        self.child.wait()
     }
 
     /// SIGSTOP: the process keeps its ports (connections are accepted by the kernel) but answers
@@ -326,10 +324,6 @@ impl EtcdMember {
 
     pub fn kill(&mut self) {
         self.process.kill();
-    }
-
-    pub fn stop(&mut self) -> ExitStatus {
-        self.process.stop()
     }
 }
 

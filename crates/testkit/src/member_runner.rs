@@ -212,7 +212,7 @@ async fn stop(state: &Mutex<State>, key: &str) {
     let members_before = list_members(state, &args).await;
     let stopped = lock(state).running.remove(key);
     if let Some(mut stopped) = stopped {
-        stopped.process.stop();
+        let _ = stopped.process.stop();
         let _ = std::fs::remove_dir_all(&stopped.data_dir);
         lock(state).stops.push(Stop {
             pod: pod_name(&args).to_owned(),
@@ -238,7 +238,7 @@ async fn sync_pod(pods: &Api<Pod>, state: &Arc<Mutex<State>>, dir: &Path, pod: &
             // An in-place image change: the same member, on the same data, on the new binary.
             let previous = lock(state).running.remove(&key);
             if let Some(mut previous) = previous {
-                previous.process.stop();
+                let _ = previous.process.stop();
                 start(
                     pods,
                     state,
@@ -278,7 +278,18 @@ async fn start(
     let data_dir = data_dir.unwrap_or_else(|| dir.join(key.replace('/', "_")).join("data"));
     let log = data_dir.with_file_name(format!("etcd-{version}.log"));
     let _ = std::fs::create_dir_all(log.parent().unwrap_or(dir));
-    let process = EtcdProcess::spawn_binary(&binary, args.to_vec(), &data_dir, &log);
+    let process = match EtcdProcess::spawn_binary(&binary, args.to_vec(), &data_dir, &log) {
+        Ok(process) => process,
+        Err(error) => {
+            fail(
+                pods,
+                key,
+                &format!("starting {}: {error}", binary.display()),
+            )
+            .await;
+            return;
+        }
+    };
     let mut state = lock(state);
     state.starts.push(Start {
         pod: name,
