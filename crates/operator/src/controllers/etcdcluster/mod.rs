@@ -123,10 +123,14 @@ impl Reconciler for EtcdClusterReconciler {
 
         let mut outcome = self.apply_children(&context, &uid).await;
 
-        let pods = controlled(&self.pods, &namespace, &uid);
+        let pods: Vec<MemberPod> = controlled(&self.pods, &namespace, &uid)
+            .iter()
+            .map(|pod| member_pod(pod))
+            .collect();
+        let endpoints = self.endpoints(&context, &pods);
         let observed = Observed {
-            pods: pods.iter().map(|pod| member_pod(pod)).collect(),
-            etcd: self.membership(&context, &pods).await,
+            etcd: self.membership(&context, &endpoints).await,
+            pods,
             ever_served: cluster
                 .status
                 .as_ref()
@@ -144,7 +148,7 @@ impl Reconciler for EtcdClusterReconciler {
         let plan = plan(&desired, &observed, &new_pod);
         self.record_members(&context, &observed);
         if let (Ok(()), Some(step)) = (&outcome, &plan.step) {
-            outcome = self.take(&context, &desired, &observed, step).await;
+            outcome = self.take(&context, &desired, &endpoints, step).await;
         }
 
         let now = Time(Timestamp::now());
@@ -196,7 +200,7 @@ impl EtcdClusterReconciler {
     fn record_members(&self, context: &Context<'_>, observed: &Observed) {
         let members = observed.etcd.iter().flat_map(|e| &e.members);
         let mut counts = [0usize; 4];
-        for member in members.clone() {
+        for member in members {
             let state = match (member.started(), member.is_learner, member.healthy) {
                 (false, _, _) => 3,
                 (true, true, _) => 2,
@@ -207,8 +211,7 @@ impl EtcdClusterReconciler {
                 *count += 1;
             }
         }
-        let voting = members.filter(|m| !m.is_learner).count();
-        let quorum = observed.etcd.is_some() && counts[0] >= plan::quorum(voting);
+        let quorum = observed.etcd.as_ref().is_some_and(Membership::has_quorum);
         self.metrics
             .set_etcd_cluster(&context.namespace, &context.name, counts, quorum);
     }
@@ -237,31 +240,25 @@ impl EtcdClusterReconciler {
         self.budgets.apply(client, uid, &budget).await.map(drop)
     }
 
-    fn client_urls(&self, context: &Context, pods: &[&str]) -> Vec<String> {
+    /// The client URLs of the member Pods whose process may be running.
+    fn endpoints(&self, context: &Context, pods: &[MemberPod]) -> Vec<String> {
         pods.iter()
+            .filter(|pod| pod.live())
             .map(|pod| {
                 self.etcd
                     .addressing
-                    .client_url(&context.name, &context.namespace, pod)
+                    .client_url(&context.name, &context.namespace, &pod.name)
             })
             .collect()
     }
 
     /// etcd's member list joined with each started member's own status; `None` when no member
     /// Pod answers.
-    async fn membership(&self, context: &Context<'_>, pods: &[Arc<Pod>]) -> Option<Membership> {
-        let live: Vec<String> = pods
-            .iter()
-            .map(|pod| member_pod(pod))
-            .filter(|pod| !pod.dead && !pod.terminating)
-            .map(|pod| pod.name)
-            .collect();
-        let live: Vec<&str> = live.iter().map(String::as_str).collect();
-        let endpoints = self.client_urls(context, &live);
+    async fn membership(&self, context: &Context<'_>, endpoints: &[String]) -> Option<Membership> {
         if endpoints.is_empty() {
             return None;
         }
-        let listed = match self.etcd.client.members(&endpoints).await {
+        let listed = match self.etcd.client.members(endpoints).await {
             Ok(listed) => listed,
             Err(error) => {
                 tracing::debug!(%error, cluster = %context.name, "no member answered the member list");
@@ -302,16 +299,9 @@ impl EtcdClusterReconciler {
         &self,
         context: &Context<'_>,
         desired: &Desired,
-        observed: &Observed,
+        endpoints: &[String],
         step: &Step,
     ) -> Result<(), Error> {
-        let live: Vec<&str> = observed
-            .pods
-            .iter()
-            .filter(|p| !p.dead && !p.terminating)
-            .map(|p| p.name.as_str())
-            .collect();
-        let endpoints = self.client_urls(context, &live);
         let etcd = &self.etcd.client;
         let (reason, note) = match step {
             Step::Bootstrap { pod } => {
@@ -335,7 +325,7 @@ impl EtcdClusterReconciler {
             }
             Step::CreateMemberPod { pod } => {
                 let members = etcd
-                    .members(&endpoints)
+                    .members(endpoints)
                     .await
                     .map_err(etcd_error("list members"))?;
                 self.create_joining_pod(context, pod, &desired.version, &members)
@@ -346,7 +336,7 @@ impl EtcdClusterReconciler {
                 )
             }
             Step::Promote { id, name } => {
-                match self.counted("promote", etcd.promote(&endpoints, *id).await) {
+                match self.counted("promote", etcd.promote(endpoints, *id).await) {
                     Ok(_) => {}
                     // Still catching up with the leader: the next look will promote it.
                     Err(EtcdError::LearnerNotReady { .. }) => return Ok(()),
@@ -358,7 +348,7 @@ impl EtcdClusterReconciler {
                 )
             }
             Step::ReplaceDead { id, name } => {
-                etcd.remove(&endpoints, *id)
+                etcd.remove(endpoints, *id)
                     .await
                     .map_err(etcd_error("remove a dead member"))?;
                 let note = format!(
@@ -379,7 +369,7 @@ impl EtcdClusterReconciler {
             Step::AddMember { pod } => {
                 let peer = self.peer_url(context, pod);
                 let members = self
-                    .counted("add", etcd.add_member(&endpoints, &peer, true).await)
+                    .counted("add", etcd.add_member(endpoints, &peer, true).await)
                     .map_err(etcd_error("add a member"))?
                     .members;
                 if let Some(crash) = &self.etcd.crash_after_member_add {
@@ -394,7 +384,7 @@ impl EtcdClusterReconciler {
                 )
             }
             Step::RemoveMember { id, name } => {
-                etcd.remove(&endpoints, *id)
+                etcd.remove(endpoints, *id)
                     .await
                     .map_err(etcd_error("remove a member"))?;
                 (

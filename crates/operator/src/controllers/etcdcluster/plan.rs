@@ -19,6 +19,13 @@ pub struct MemberPod {
     pub version: Option<Version>,
 }
 
+impl MemberPod {
+    /// Its process may be running: not dead, not going away.
+    pub fn live(&self) -> bool {
+        !self.dead && !self.terminating
+    }
+}
+
 /// A member as etcd lists it, joined with what its own status endpoint said.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Member {
@@ -54,6 +61,26 @@ pub struct Membership {
     pub members: Vec<Member>,
     /// The leader's member ID, when one is known.
     pub leader: Option<u64>,
+}
+
+impl Membership {
+    fn voting(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(|m| !m.is_learner)
+    }
+
+    /// Healthy voting members, and all voting members.
+    pub fn votes(&self) -> (usize, usize) {
+        (
+            self.voting().filter(|m| m.healthy).count(),
+            self.voting().count(),
+        )
+    }
+
+    /// Healthy voting members are at least a quorum of the voting ones.
+    pub fn has_quorum(&self) -> bool {
+        let (healthy, voting) = self.votes();
+        healthy >= quorum(voting)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,9 +155,7 @@ pub fn plan(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
     let Some(etcd) = &observed.etcd else {
         return without_membership(desired, observed, new_pod);
     };
-    let voting: Vec<&Member> = etcd.members.iter().filter(|m| !m.is_learner).collect();
-    let healthy_voting = voting.iter().filter(|m| m.healthy).count();
-    let has_quorum = healthy_voting >= quorum(voting.len());
+    let (healthy_voting, voting) = etcd.votes();
     let progressing = etcd.members.len() != desired.size
         || etcd.members.iter().any(|m| m.is_learner || !m.started())
         || !upgraded(desired, observed);
@@ -139,7 +164,7 @@ pub fn plan(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
         blocked,
         progressing,
     };
-    if !has_quorum {
+    if !etcd.has_quorum() {
         return plan(None, Some(Blocked::QuorumLost));
     }
 
@@ -194,7 +219,7 @@ pub fn plan(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
     }
     // 4. Dead members, while the rest still hold a quorum without them.
     if let Some(dead) = etcd.members.iter().find(|m| is_dead(m)) {
-        let voting_after = voting.len() - usize::from(!dead.is_learner);
+        let voting_after = voting - usize::from(!dead.is_learner);
         if healthy_voting >= quorum(voting_after) {
             let step = Step::ReplaceDead {
                 id: dead.id,
@@ -218,7 +243,7 @@ pub fn plan(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
         let mut candidates: Vec<&Member> = etcd.members.iter().collect();
         candidates.sort_by_key(|m| (!m.is_learner, m.healthy, Some(m.id) == leader));
         if let Some(victim) = candidates.first() {
-            let voting_after = voting.len() - usize::from(!victim.is_learner);
+            let voting_after = voting - usize::from(!victim.is_learner);
             let healthy_after = healthy_voting - usize::from(!victim.is_learner && victim.healthy);
             if healthy_after >= quorum(voting_after) {
                 let step = Step::RemoveMember {
@@ -273,11 +298,7 @@ pub fn plan(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
 
 /// No member answered: bootstrap a new cluster, wait for its first member, or report the loss.
 fn without_membership(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
-    let live: Vec<&MemberPod> = observed
-        .pods
-        .iter()
-        .filter(|p| !p.dead && !p.terminating)
-        .collect();
+    let live: Vec<&MemberPod> = observed.pods.iter().filter(|p| p.live()).collect();
     let blocked = if observed.ever_served {
         Some(if live.is_empty() {
             Blocked::AllMembersLost

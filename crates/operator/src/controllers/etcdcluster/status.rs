@@ -7,7 +7,7 @@ use app_operator_api::{EtcdCluster, EtcdClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::children::selector;
-use super::plan::{Blocked, Desired, Observed, Plan, Step, quorum};
+use super::plan::{Blocked, Desired, Membership, Observed, Plan, Step, quorum};
 use crate::reconcile::Error;
 use crate::reconcile::conditions::{self, set};
 
@@ -53,7 +53,7 @@ pub fn status(
 ) -> EtcdClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
     let members = observed.etcd.as_ref().map(|e| e.members.as_slice());
-    let voting = members.map_or(0, |m| m.iter().filter(|m| !m.is_learner).count());
+    let voting = observed.etcd.as_ref().map_or(0, |e| e.votes().1);
     let healthy: Vec<String> = members
         .into_iter()
         .flatten()
@@ -73,7 +73,7 @@ pub fn status(
         .filter(|m| !m.healthy && !m.is_learner && m.started())
         .map(|m| m.display_name())
         .collect();
-    let available = members.is_some() && healthy.len() >= quorum(voting);
+    let available = observed.etcd.as_ref().is_some_and(Membership::has_quorum);
     let phase = if plan.blocked == Some(Blocked::AllMembersLost) {
         EtcdClusterPhase::Failed
     } else if observed.ever_served || available {
@@ -196,7 +196,7 @@ mod tests {
     use app_operator_api::EtcdClusterSpec;
     use k8s_openapi::jiff::Timestamp;
 
-    use super::super::plan::{Member, MemberPod, Membership};
+    use super::super::plan::{Member, MemberPod};
     use super::super::version::Version;
     use super::*;
 
