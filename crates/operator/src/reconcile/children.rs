@@ -104,7 +104,7 @@ impl<C: Cached + Serialize> Owned<C> {
         let uid = current.and_then(|c| c.uid());
         match (self.on_immutable, uid) {
             (OnImmutable::Recreate, Some(uid)) => {
-                delete(api, &name, &uid).await?;
+                delete_child(api, &name, Some(&uid)).await?;
                 let (created, _) = apply_child(api, desired, None, owner_uid).await?;
                 Ok((created, Applied::Changed))
             }
@@ -135,7 +135,7 @@ impl<C: Cached + Serialize> Owned<C> {
             let (Some(uid), name) = (orphan.uid(), orphan.name_any()) else {
                 continue;
             };
-            delete(&api, &name, &uid).await?;
+            delete_child(&api, &name, Some(&uid)).await?;
             changes.push(ChildChange {
                 kind: C::kind(&()).into_owned(),
                 name,
@@ -163,9 +163,15 @@ impl<C: Cached + Serialize> Owned<C> {
 
 /// Deletes the child `name` if it is still the object with `uid` (never a newer one of the same
 /// name); one already gone counts as deleted.
-async fn delete<C: Cached>(api: &Api<C>, name: &str, uid: &str) -> Result<(), Error> {
+/// Deletes the child `name` (only the object with `uid`, when given, so a re-created one is not
+/// hit); one already gone counts as deleted.
+pub async fn delete_child<C: Cached>(
+    api: &Api<C>,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<(), Error> {
     let params = DeleteParams {
-        preconditions: Some(Preconditions {
+        preconditions: uid.map(|uid| Preconditions {
             uid: Some(uid.to_owned()),
             resource_version: None,
         }),

@@ -18,7 +18,7 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -30,6 +30,7 @@ use self::status::status;
 use crate::reconcile::Error;
 use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::backoff::Backoff;
+use crate::reconcile::children::delete_child;
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, key};
 
 pub const NAME: &str = "appcluster";
@@ -240,17 +241,7 @@ async fn create_pods(api: &Api<Pod>, template: &Pod, count: usize) -> Vec<Result
 /// Deletes `pods`; a Pod already gone counts as deleted.
 async fn delete_pods(api: &Api<Pod>, names: Vec<String>) -> Vec<Result<String, Error>> {
     stream::iter(names)
-        .map(|name| async move {
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => Ok(name),
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(name),
-                Err(source) => Err(Error::Delete {
-                    kind: "Pod".into(),
-                    name,
-                    source,
-                }),
-            }
-        })
+        .map(|name| async move { delete_child(api, &name, None).await.map(|()| name) })
         .buffer_unordered(DELETES_IN_FLIGHT)
         .collect()
         .await

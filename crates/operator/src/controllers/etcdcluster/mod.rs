@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -37,8 +37,8 @@ use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
 use self::version::Version;
 use crate::etcd::{self as etcd_api, EtcdApi, EtcdError};
 use crate::reconcile::apply::{controlled, controller_reference};
-use crate::reconcile::children::{OnImmutable, Owned};
-use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared};
+use crate::reconcile::children::{OnImmutable, Owned, delete_child};
+use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
 use crate::reconcile::{Error, FIELD_MANAGER};
 use crate::telemetry::metrics::Metrics;
 
@@ -468,9 +468,7 @@ impl EtcdClusterReconciler {
         if let Some(claim) = children::member_claim(context.cluster, &context.owner, pod) {
             let claims: Api<PersistentVolumeClaim> =
                 Api::namespaced(client.clone(), &context.namespace);
-            if self.claims.state().iter().all(|c| {
-                c.name_any() != pod || c.namespace().as_deref() != Some(&context.namespace)
-            }) {
+            if cached(&self.claims, pod, &context.namespace).is_none() {
                 create(&claims, &claim, "PersistentVolumeClaim", pod).await?;
             }
         }
@@ -503,16 +501,13 @@ impl EtcdClusterReconciler {
     async fn delete_member_pod(&self, context: &Context<'_>, pod: &str) -> Result<(), Error> {
         let client = &context.shared.client;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
-        delete(&pods, "Pod", pod).await?;
-        let has_claim = self.claims.state().iter().any(|claim| {
-            claim.name_any() == pod && claim.namespace().as_deref() == Some(&context.namespace)
-        });
-        if !has_claim {
+        delete_child(&pods, pod, None).await?;
+        if cached(&self.claims, pod, &context.namespace).is_none() {
             return Ok(());
         }
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(client.clone(), &context.namespace);
-        delete(&claims, "PersistentVolumeClaim", pod).await
+        delete_child(&claims, pod, None).await
     }
 
     /// Moves a member's Pod to `version` in place: the kubelet restarts its container with the
@@ -564,22 +559,6 @@ where
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
         Err(source) => Err(Error::Create {
-            kind: kind.to_owned(),
-            name: name.to_owned(),
-            source,
-        }),
-    }
-}
-
-/// Deletes `name`; one already gone is fine.
-async fn delete<K>(api: &Api<K>, kind: &str, name: &str) -> Result<(), Error>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(source) => Err(Error::Delete {
             kind: kind.to_owned(),
             name: name.to_owned(),
             source,
