@@ -245,11 +245,16 @@ async fn three_members(ns: &TestNamespace) -> Vec<Member> {
 }
 
 async fn resize(ns: &TestNamespace, cluster: &str, size: i32) {
+    patch_spec(ns, cluster, serde_json::json!({ "size": size })).await;
+}
+
+/// A merge patch of the EtcdCluster's spec, as `kubectl patch --type merge` sends it.
+async fn patch_spec(ns: &TestNamespace, cluster: &str, spec: serde_json::Value) {
     ns.api::<EtcdCluster>()
         .patch(
             cluster,
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": { "size": size } })),
+            &Patch::Merge(serde_json::json!({ "spec": spec })),
         )
         .await
         .unwrap();
@@ -512,14 +517,12 @@ async fn a_paused_cluster_is_only_observed() {
     let target = Target::from(&s.ns);
     kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
     converged(&s.ns, CLUSTER, 1).await;
-    s.ns.api::<EtcdCluster>()
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": { "paused": true, "size": 3 } })),
-        )
-        .await
-        .unwrap();
+    patch_spec(
+        &s.ns,
+        CLUSTER,
+        serde_json::json!({ "paused": true, "size": 3 }),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
         pods(&target, CLUSTER).await.len(),
@@ -531,14 +534,7 @@ async fn a_paused_cluster_is_only_observed() {
         1,
         "a paused cluster got members"
     );
-    s.ns.api::<EtcdCluster>()
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": { "paused": false } })),
-        )
-        .await
-        .unwrap();
+    patch_spec(&s.ns, CLUSTER, serde_json::json!({ "paused": false })).await;
     converged(&s.ns, CLUSTER, 3).await;
 }
 
@@ -619,14 +615,7 @@ async fn skipping_a_minor_release_is_degraded_not_rolled_out() {
     let target = Target::from(&s.ns);
     kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
     let before = converged(&s.ns, CLUSTER, 1).await;
-    s.ns.api::<EtcdCluster>()
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": { "version": "3.8.0" } })),
-        )
-        .await
-        .unwrap();
+    patch_spec(&s.ns, CLUSTER, serde_json::json!({ "version": "3.8.0" })).await;
     let message = eventually(SLOW, "Degraded/UnsupportedUpgrade", || async {
         let status = status(&s.ns).await;
         let degraded = status.conditions.iter().find(|c| c.type_ == "Degraded")?;
@@ -706,14 +695,7 @@ async fn an_upgrade_rolls_one_member_at_a_time_without_a_write_gap() {
         }
     });
     let writer = Writer::start(&s.ns, CLUSTER);
-    s.ns.api::<EtcdCluster>()
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": { "version": "3.6.16" } })),
-        )
-        .await
-        .unwrap();
+    patch_spec(&s.ns, CLUSTER, serde_json::json!({ "version": "3.6.16" })).await;
     eventually(SLOW, "every member on 3.6.16", || async {
         let status = status(&s.ns).await;
         (status.current_version.as_deref() == Some("3.6.16") && status.target_version.is_none())
