@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -331,6 +332,9 @@ async fn start_all(
                 ("kube-api-burst", "400"),
                 ("concurrent-deployment-syncs", "10"),
                 ("concurrent-replicaset-syncs", "10"),
+                // PersistentVolumeClaims bind to directories under /tmp/hostpath_pv, provisioned
+                // for the default StorageClass below (as Kubernetes' hack/local-up-cluster.sh).
+                ("enable-hostpath-provisioner", "true"),
             ]),
         },
     )?;
@@ -404,6 +408,18 @@ async fn start_all(
         )
         .await?;
     }
+    let storage_classes: Api<StorageClass> = Api::all(client.clone());
+    storage_classes
+        .patch(
+            DEFAULT_STORAGE_CLASS,
+            &PatchParams::apply("local-cluster").force(),
+            &Patch::Apply(default_storage_class()),
+        )
+        .await
+        .map_err(|source| Error::Kube {
+            what: "creating the default StorageClass",
+            source,
+        })?;
     // Pods are refused until the namespace's default ServiceAccount exists.
     let service_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
     wait_for(
@@ -422,6 +438,26 @@ async fn start_all(
     )
     .await?;
     Ok(client)
+}
+
+/// The StorageClass of claims that name none.
+pub const DEFAULT_STORAGE_CLASS: &str = "standard";
+
+/// The default StorageClass: kube-controller-manager's host-path provisioner, binding at once
+/// (no node to wait for: every kwok node sees the same host).
+fn default_storage_class() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": DEFAULT_STORAGE_CLASS,
+            "annotations": { "storageclass.kubernetes.io/is-default-class": "true" },
+        },
+        "provisioner": "kubernetes.io/host-path",
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+        "allowVolumeExpansion": true,
+    })
 }
 
 /// A Node that kwok manages (by annotation), with kwok's default capacity (1k CPUs, 1M pods).

@@ -64,14 +64,15 @@ const BINARIES: &[Binary] = &[
 ];
 
 /// kwok's stock stages: nodes become Ready (with lease heartbeats), Pods become Ready at once, Job
-/// Pods complete, deleted Pods go away; and a running Pod labelled
+/// Pods complete after 1–6 s, or after the annotation `pod-complete.stage.kwok.x-k8s.io/delay`
+/// (how tests make a Job hang), deleted Pods go away; and a running Pod labelled
 /// `pod-container-running-failed.stage.kwok.x-k8s.io=true` fails (its container exits 1), which
 /// is how tests make a Pod crash. Taken from the pinned kwok module itself.
 const KWOK_STAGES: &[&str] = &[
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "kustomize/stage/pod/fast/pod-ready.yaml",
-    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/general/pod-complete.yaml",
     "kustomize/stage/pod/fast/pod-delete.yaml",
     "kustomize/stage/pod/chaos/pod-container-running-failed.yaml",
 ];
