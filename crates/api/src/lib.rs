@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod etcdcluster;
 pub mod myapp;
 pub mod sample;
+pub mod sampledb;
 mod validation;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -18,6 +19,7 @@ pub use appcluster::{AppCluster, AppClusterSpec, AppClusterStatus};
 pub use etcdcluster::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
 pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
 pub use sample::{Sample, SampleFields};
+pub use sampledb::{SampleDB, SampleDBSpec, SampleDBStatus};
 
 /// Every CRD this operator serves, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
@@ -26,5 +28,6 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         AppCluster::crd(),
         Sample::crd(),
         EtcdCluster::crd(),
+        SampleDB::crd(),
     ]
 }
