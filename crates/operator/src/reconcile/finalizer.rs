@@ -1,7 +1,8 @@
 //! A deletion finalizer whose cleanup may take time: it is added before anything else is made,
 //! and on deletion the cleanup reports done, wait (come back later) or blocked (a person must
-//! act; the message says how). It never holds a namespace that is being deleted: there the
-//! cleanup is skipped and the finalizer removed.
+//! act; the message says how). It never holds a namespace that is being deleted: when the API
+//! server refuses what the cleanup would make there (NamespaceLifecycle), the cleanup is skipped,
+//! counted, and the finalizer removed.
 
 use std::future::Future;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
-use super::runner::Cached;
+use super::runner::{Cached, Shared};
 use super::{Error, FIELD_MANAGER};
 
 /// How far a deletion's cleanup has got.
@@ -38,21 +39,17 @@ pub enum Stage {
     Live,
     /// Being deleted: run the cleanup.
     CleanUp,
-    /// Being deleted with its namespace: skip the cleanup (whatever it would make is refused,
-    /// and waiting would hold the namespace forever) and let it go.
-    Release,
     /// Being deleted, and the finalizer is already gone: nothing to do.
     Gone,
 }
 
 /// The stage of an object with `meta` for `finalizer`.
-pub fn stage(meta: &ObjectMeta, finalizer: &str, namespace_terminating: bool) -> Stage {
+pub fn stage(meta: &ObjectMeta, finalizer: &str) -> Stage {
     let ours = meta.finalizers.iter().flatten().any(|f| f == finalizer);
     match (meta.deletion_timestamp.is_some(), ours) {
         (false, false) => Stage::AddFinalizer,
         (false, true) => Stage::Live,
         (true, false) => Stage::Gone,
-        (true, true) if namespace_terminating => Stage::Release,
         (true, true) => Stage::CleanUp,
     }
 }
@@ -81,10 +78,10 @@ pub fn finalizers_patch(meta: &ObjectMeta, finalizer: &str, present: bool) -> Va
 /// removing the finalizer once the cleanup is done. A blocked cleanup is an error
 /// ([`Error::CleanupBlocked`], permanent: it waits for a change of the object).
 pub async fn finalize<K, L, C>(
+    shared: &Shared,
     api: &Api<K>,
     object: &K,
     finalizer: &str,
-    namespace_terminating: bool,
     live: impl FnOnce() -> L,
     cleanup: impl FnOnce() -> C,
 ) -> Result<Action, Error>
@@ -93,7 +90,7 @@ where
     L: Future<Output = Result<Action, Error>>,
     C: Future<Output = Result<Cleanup, Error>>,
 {
-    match stage(object.meta(), finalizer, namespace_terminating) {
+    match stage(object.meta(), finalizer) {
         Stage::AddFinalizer => {
             set_finalizer(api, object, finalizer, true).await?;
             // The patch comes back through the watch and starts the live reconcile.
@@ -101,21 +98,25 @@ where
         }
         Stage::Live => live().await,
         Stage::Gone => Ok(Action::await_change()),
-        Stage::Release => {
-            tracing::info!(
-                finalizer,
-                "namespace is being deleted; skipping the cleanup"
-            );
-            set_finalizer(api, object, finalizer, false).await?;
-            Ok(Action::await_change())
-        }
-        Stage::CleanUp => match cleanup().await? {
-            Cleanup::Done => {
+        Stage::CleanUp => match cleanup().await {
+            Err(error) if error.is_namespace_terminating() => {
+                // Waiting would hold the namespace forever: nothing can be made there any more.
+                tracing::info!(finalizer, %error, "namespace is being deleted; skipping the cleanup");
+                shared
+                    .metrics
+                    .cleanup_skipped(shared.controller, "NamespaceTerminating");
                 set_finalizer(api, object, finalizer, false).await?;
                 Ok(Action::await_change())
             }
-            Cleanup::Wait(after) => Ok(Action::requeue(after)),
-            Cleanup::Blocked { reason, message } => Err(Error::CleanupBlocked { reason, message }),
+            Err(error) => Err(error),
+            Ok(Cleanup::Done) => {
+                set_finalizer(api, object, finalizer, false).await?;
+                Ok(Action::await_change())
+            }
+            Ok(Cleanup::Wait(after)) => Ok(Action::requeue(after)),
+            Ok(Cleanup::Blocked { reason, message }) => {
+                Err(Error::CleanupBlocked { reason, message })
+            }
         },
     }
 }
@@ -161,21 +162,20 @@ mod tests {
     }
 
     #[test]
-    fn stages_by_deletion_finalizer_and_namespace() {
+    fn stages_by_deletion_and_finalizer() {
         let cases = [
-            (meta(&[], false), false, Stage::AddFinalizer),
-            (meta(&["other"], false), false, Stage::AddFinalizer),
-            (meta(&[OURS], false), false, Stage::Live),
-            (meta(&[OURS], false), true, Stage::Live),
-            (meta(&[OURS], true), false, Stage::CleanUp),
-            (meta(&["other", OURS], true), true, Stage::Release),
-            (meta(&["other"], true), false, Stage::Gone),
+            (meta(&[], false), Stage::AddFinalizer),
+            (meta(&["other"], false), Stage::AddFinalizer),
+            (meta(&[OURS], false), Stage::Live),
+            (meta(&[OURS], true), Stage::CleanUp),
+            (meta(&["other", OURS], true), Stage::CleanUp),
+            (meta(&["other"], true), Stage::Gone),
         ];
-        for (meta, terminating, expected) in cases {
+        for (meta, expected) in cases {
             assert_eq!(
-                stage(&meta, OURS, terminating),
+                stage(&meta, OURS),
                 expected,
-                "{:?} deleting={} terminating={terminating}",
+                "{:?} deleting={}",
                 meta.finalizers,
                 meta.deletion_timestamp.is_some()
             );

@@ -56,9 +56,24 @@ pub struct MembershipLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EtcdClusterLabels {
+pub struct ObjectNameLabels {
     pub namespace: String,
     pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackupLabels {
+    pub namespace: String,
+    pub name: String,
+    /// `succeeded` or `failed`.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkippedCleanupLabels {
+    pub controller: &'static str,
+    /// Why the deletion's cleanup was skipped, e.g. `NamespaceTerminating`.
+    pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -86,7 +101,10 @@ pub struct Metrics {
     invalid_objects: Family<ObjectLabels, Gauge>,
     etcd_membership_operations: Family<MembershipLabels, Counter>,
     etcd_members: Family<EtcdMemberLabels, Gauge>,
-    etcd_quorum: Family<EtcdClusterLabels, Gauge>,
+    etcd_quorum: Family<ObjectNameLabels, Gauge>,
+    sampledb_backups: Family<BackupLabels, Counter>,
+    sampledb_last_successful_backup: Family<ObjectNameLabels, Gauge>,
+    cleanups_skipped: Family<SkippedCleanupLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -106,7 +124,10 @@ impl Default for Metrics {
         let invalid_objects = Family::<ObjectLabels, Gauge>::default();
         let etcd_membership_operations = Family::<MembershipLabels, Counter>::default();
         let etcd_members = Family::<EtcdMemberLabels, Gauge>::default();
-        let etcd_quorum = Family::<EtcdClusterLabels, Gauge>::default();
+        let etcd_quorum = Family::<ObjectNameLabels, Gauge>::default();
+        let sampledb_backups = Family::<BackupLabels, Counter>::default();
+        let sampledb_last_successful_backup = Family::<ObjectNameLabels, Gauge>::default();
+        let cleanups_skipped = Family::<SkippedCleanupLabels, Counter>::default();
         registry.register(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
@@ -169,6 +190,21 @@ impl Default for Metrics {
             "1 while an EtcdCluster's healthy voting members hold a quorum, else 0",
             etcd_quorum.clone(),
         );
+        registry.register(
+            "app_operator_sampledb_backups",
+            "Scheduled SampleDB backups that finished, by result (succeeded, failed)",
+            sampledb_backups.clone(),
+        );
+        registry.register(
+            "app_operator_sampledb_last_successful_backup_timestamp_seconds",
+            "When each SampleDB's latest successful backup finished (Unix seconds)",
+            sampledb_last_successful_backup.clone(),
+        );
+        registry.register(
+            "app_operator_cleanups_skipped",
+            "Deletion cleanups skipped (e.g. a SampleDB's final snapshot in a namespace being deleted), by controller and reason",
+            cleanups_skipped.clone(),
+        );
         Metrics {
             registry,
             reconcile_total,
@@ -183,6 +219,9 @@ impl Default for Metrics {
             etcd_membership_operations,
             etcd_members,
             etcd_quorum,
+            sampledb_backups,
+            sampledb_last_successful_backup,
+            cleanups_skipped,
         }
     }
 }
@@ -339,7 +378,7 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
-        let labels = EtcdClusterLabels {
+        let labels = ObjectNameLabels {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         };
@@ -357,10 +396,54 @@ impl Metrics {
                 state,
             });
         }
-        self.etcd_quorum.remove(&EtcdClusterLabels {
+        self.etcd_quorum.remove(&ObjectNameLabels {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         });
+    }
+
+    /// Counts one finished backup of a SampleDB.
+    pub fn sampledb_backup(&self, namespace: &str, name: &str, result: &'static str) {
+        self.sampledb_backups
+            .get_or_create(&BackupLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                result,
+            })
+            .inc();
+    }
+
+    /// Records when a SampleDB's latest successful backup finished.
+    pub fn set_sampledb_last_backup(&self, namespace: &str, name: &str, unix_seconds: i64) {
+        self.sampledb_last_successful_backup
+            .get_or_create(&ObjectNameLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            })
+            .set(unix_seconds);
+    }
+
+    /// Drops the series of a SampleDB that is gone.
+    pub fn forget_sampledb(&self, namespace: &str, name: &str) {
+        for result in ["succeeded", "failed"] {
+            self.sampledb_backups.remove(&BackupLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                result,
+            });
+        }
+        self.sampledb_last_successful_backup
+            .remove(&ObjectNameLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            });
+    }
+
+    /// Counts a deletion cleanup that was skipped.
+    pub fn cleanup_skipped(&self, controller: &'static str, reason: &'static str) {
+        self.cleanups_skipped
+            .get_or_create(&SkippedCleanupLabels { controller, reason })
+            .inc();
     }
 
     /// The Prometheus text exposition of every metric.
