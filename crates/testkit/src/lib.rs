@@ -5,6 +5,7 @@
 
 pub mod etcd;
 pub mod member_runner;
+pub mod postgres;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

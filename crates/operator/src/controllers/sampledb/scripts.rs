@@ -1,0 +1,50 @@
+//! The shell scripts SampleDB's Jobs run, each as `["bash", "-c", SCRIPT]` in a container of the
+//! official `postgres` image (which has bash and the PostgreSQL client and server binaries on
+//! PATH).
+//!
+//! The environment they read (each script checks its own and names what is missing):
+//! - `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`: the connection (libpq's own
+//!   variables); [`INIT`], [`BACKUP`] and [`RESTORE`] talk to the running server over TCP,
+//!   [`SNAPSHOT`] and [`UPGRADE`] read only `PGUSER`, `PGPASSWORD` and `PGDATABASE` and connect to
+//!   a temporary server of their own over a private Unix socket.
+//! - `PGDATA`: the data directory on the mounted data volume, for [`SNAPSHOT`] and [`UPGRADE`],
+//!   which run while the database's own server is stopped, as the postgres user (never root). For
+//!   [`UPGRADE`] it must be a subdirectory of the volume, not its mount point.
+//! - `BACKUP_DIR`: where the backups volume is mounted.
+//! - `BACKUP_FILE`: a file name (not a path) inside `BACKUP_DIR`: written by [`BACKUP`] and
+//!   [`SNAPSHOT`], read by [`RESTORE`] and [`UPGRADE`].
+//! - `INIT_SQL_DIR`: [`INIT`] only, optional: a directory (a ConfigMap volume) of `*.sql` files.
+//!
+//! Dumps are `pg_dump --format=custom` of `PGDATABASE`, written under a temporary name and renamed
+//! when complete.
+
+/// The init Job: waits up to 60 s for the server, checks that it can connect, then runs the
+/// `*.sql` files of `INIT_SQL_DIR` (if set and present) in name order, all in one transaction
+/// with `ON_ERROR_STOP` (a failure applies none of them). Reads `PGHOST`, `PGPORT`, `PGUSER`,
+/// `PGPASSWORD`, `PGDATABASE` and, optionally, `INIT_SQL_DIR`.
+pub const INIT: &str = include_str!("scripts/init.sh");
+
+/// A backup Job: dumps `PGDATABASE` of the running server to `BACKUP_DIR/BACKUP_FILE`; a failed
+/// dump leaves no file of that name. Reads `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
+/// `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
+pub const BACKUP: &str = include_str!("scripts/backup.sh");
+
+/// The restore Job: fails at once, naming the file, if `BACKUP_DIR/BACKUP_FILE` is missing; waits
+/// up to 60 s for the server; drops `PGDATABASE`, creates it empty and restores the dump into it
+/// (`pg_restore --exit-on-error --no-owner`). Reads `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
+/// `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
+pub const RESTORE: &str = include_str!("scripts/restore.sh");
+
+/// The offline snapshot (before a delete, and the upgrade Job's init container with the old
+/// image): starts a temporary server on `PGDATA` that listens on no TCP address, dumps
+/// `PGDATABASE` to `BACKUP_DIR/BACKUP_FILE` and stops the server, also on failure. Reads `PGDATA`,
+/// `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
+pub const SNAPSHOT: &str = include_str!("scripts/snapshot.sh");
+
+/// The upgrade Job's main container (new image), after [`SNAPSHOT`]: exits at once if
+/// `PGDATA/PG_VERSION` is already the major version of the image's `postgres` (a minor upgrade);
+/// otherwise restores the dump `BACKUP_DIR/BACKUP_FILE` into a new data directory (superuser
+/// `PGUSER`/`PGPASSWORD`, the old access rules), moves `PGDATA` aside to `PGDATA-<old major>` and
+/// the new directory into its place. Reads `PGDATA`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`,
+/// `BACKUP_DIR` and `BACKUP_FILE`.
+pub const UPGRADE: &str = include_str!("scripts/upgrade.sh");
