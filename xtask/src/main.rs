@@ -418,7 +418,7 @@ async fn run_operator() -> Result<ExitCode> {
     kubectl(&tools, &kubeconfig)
         .args([
             "get",
-            "myapps,appclusters,samples,etcdclusters,deployments,services,horizontalpodautoscalers,pods",
+            "myapps,appclusters,samples,etcdclusters,sampledbs,deployments,statefulsets,services,horizontalpodautoscalers,persistentvolumeclaims,jobs,pods",
             "-o",
             "wide",
         ])
@@ -429,7 +429,7 @@ async fn run_operator() -> Result<ExitCode> {
         kubeconfig.display(),
         tools.dir.join("bin").display()
     );
-    println!("  kubectl get myapps,appclusters,samples,etcdclusters,pods");
+    println!("  kubectl get myapps,appclusters,samples,etcdclusters,sampledbs,pods");
     println!("  kubectl get pods -l app=etcd   # seed 004: then set size: 2 in the EtcdCluster");
     // The member runner lives on this runtime: wait for the operator off it. On SIGINT or SIGTERM
     // the operator is stopped and the runner dropped, which stops the etcd members it started.
@@ -483,9 +483,41 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     }
 }
 
+/// Debian's PostgreSQL server, which the SampleDB script tests run (`testkit::postgres`):
+/// installed with apt-get unless some `/usr/lib/postgresql/<major>/bin/initdb` is there already.
+fn ensure_postgres() -> Result<()> {
+    if testkit::postgres::Binaries::find().is_some() {
+        return Ok(());
+    }
+    eprintln!(
+        "installing Debian's PostgreSQL server (no {}/<major>/bin/initdb) for the SampleDB script tests",
+        testkit::postgres::ROOT
+    );
+    for args in [
+        &["update"][..],
+        &["install", "-y", "--no-install-recommends", "postgresql"],
+    ] {
+        let status = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .context("running apt-get (the SampleDB script tests need Debian's `postgresql`)")?;
+        if !status.success() {
+            bail!(
+                "apt-get {} failed ({status}): install Debian's `postgresql` package by hand \
+                 (apt-get install --no-install-recommends postgresql), the SampleDB script tests need it",
+                args.join(" ")
+            );
+        }
+    }
+    testkit::postgres::Binaries::get().context("after installing `postgresql`")?;
+    Ok(())
+}
+
 /// The suite's one control plane: an explicit one (`APP_OPERATOR_TEST_KUBECONFIG`), the running
 /// local one, or one started here for this run and stopped at its end.
 async fn test(cargo_args: &[String]) -> Result<ExitCode> {
+    ensure_postgres()?;
     let tools = Tools::ensure(&tool_sources())?;
     let layout = Layout::default();
     let mut started_here = false;

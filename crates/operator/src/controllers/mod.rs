@@ -6,3 +6,4 @@ pub mod appcluster;
 pub mod etcdcluster;
 pub mod myapp;
 pub mod sample;
+pub mod sampledb;

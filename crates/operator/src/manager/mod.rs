@@ -34,14 +34,16 @@ pub enum ControllerKind {
     Appcluster,
     Sample,
     Etcdcluster,
+    Sampledb,
 }
 
 impl ControllerKind {
-    pub const ALL: [ControllerKind; 4] = [
+    pub const ALL: [ControllerKind; 5] = [
         ControllerKind::Myapp,
         ControllerKind::Appcluster,
         ControllerKind::Sample,
         ControllerKind::Etcdcluster,
+        ControllerKind::Sampledb,
     ];
 }
 
@@ -109,6 +111,7 @@ pub fn start_controllers(
             ControllerKind::Myapp => tasks.spawn(controllers::myapp::run(settings, stop)),
             ControllerKind::Appcluster => tasks.spawn(controllers::appcluster::run(settings, stop)),
             ControllerKind::Sample => tasks.spawn(controllers::sample::run(settings, stop)),
+            ControllerKind::Sampledb => tasks.spawn(controllers::sampledb::run(settings, stop)),
             ControllerKind::Etcdcluster => {
                 let etcd = EtcdSettings {
                     addressing: options.etcd_addressing,

@@ -1,0 +1,513 @@
+//! What a SampleDB is made of, built by pure functions: the connection ConfigMap, the generated
+//! credentials Secret, the data and backups claims, the headless Service, the StatefulSet, and
+//! the Jobs (init, restore, backup, upgrade, final snapshot) that run [`super::scripts`].
+
+use std::collections::BTreeMap;
+
+use app_operator_api::SampleDB;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapEnvSource, ConfigMapVolumeSource, Container, ContainerPort, EnvFromSource,
+    EnvVar, EnvVarSource, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret,
+    SecretKeySelector, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::scripts;
+use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
+
+/// Every child carries it: the SampleDB it belongs to. The claims and the final-snapshot Job have
+/// no ownerReference (the garbage collector must not delete them first), so this label is how
+/// they are found and told apart from a stranger's.
+pub const INSTANCE_LABEL: &str = "db.example.com/sampledb";
+/// What a Pod or Job does: `database`, or the Job's kind.
+pub const ROLE_LABEL: &str = "db.example.com/role";
+
+pub const PORT: i32 = 5432;
+/// The database the image creates (`POSTGRES_DB`) and the Jobs work on.
+pub const DATABASE: &str = "app";
+/// The official image's `postgres` user; Jobs run as it too, so files they write are the server's.
+const POSTGRES_UID: i64 = 999;
+const DATA_MOUNT: &str = "/var/lib/postgresql/data";
+/// A directory below the mount, as the official image recommends (a volume's root may hold
+/// `lost+found`, which initdb refuses).
+const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
+const BACKUPS_MOUNT: &str = "/backups";
+const INIT_SQL_MOUNT: &str = "/init-sql";
+/// A finished final-snapshot Job (no owner, so not garbage collected) goes after a day.
+const SNAPSHOT_JOB_TTL_SECONDS: i32 = 86_400;
+
+/// The Jobs a SampleDB runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
+pub enum JobKind {
+    Init,
+    Restore,
+    Backup,
+    Upgrade,
+    FinalSnapshot,
+}
+
+impl JobKind {
+    pub fn label(self) -> &'static str {
+        self.into()
+    }
+}
+
+pub fn data_claim(db: &str) -> String {
+    format!("{db}-data")
+}
+
+pub fn backups_claim(db: &str) -> String {
+    format!("{db}-backups")
+}
+
+pub fn generated_secret(db: &str) -> String {
+    format!("{db}-credentials")
+}
+
+fn connection_config_map(db: &str) -> String {
+    format!("{db}-connection")
+}
+
+pub fn init_job_name(db: &str, kind: JobKind) -> String {
+    format!("{db}-{}", kind.label())
+}
+
+/// `<db>-backup-20261123-103000`: one name per tick, so a Job made twice for a tick is the same.
+pub fn backup_job_name(db: &str, tick: Timestamp) -> String {
+    format!("{db}-backup-{}", tick.strftime("%Y%m%d-%H%M%S"))
+}
+
+/// `<db>-upgrade-16-4`: one name per target version (the version it came from is in the status).
+pub fn upgrade_job_name(db: &str, to: &str) -> String {
+    format!("{db}-upgrade-{}", to.replace('.', "-"))
+}
+
+/// `<db>-final-snapshot-<first 8 of the uid>`: a SampleDB re-created under the same name gets a
+/// snapshot of its own (the backups volume outlives both).
+pub fn final_snapshot_job_name(db: &str, uid: &str) -> String {
+    let short: String = uid.chars().take(8).collect();
+    format!("{db}-final-snapshot-{short}")
+}
+
+/// The file a backup, snapshot or upgrade Job writes in the backups volume.
+pub fn dump_file(job: &str) -> String {
+    format!("{job}.dump")
+}
+
+/// Labels selecting a SampleDB's database Pods.
+pub fn selector_labels(db: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), "sampledb".to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), db.to_owned()),
+        (ROLE_LABEL.to_owned(), "database".to_owned()),
+    ])
+}
+
+fn labels(db: &str, role: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), "sampledb".to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), db.to_owned()),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+        (INSTANCE_LABEL.to_owned(), db.to_owned()),
+        (ROLE_LABEL.to_owned(), role.to_owned()),
+    ])
+}
+
+fn meta(db: &SampleDB, name: String, role: &str, owner: Option<&OwnerReference>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: db.namespace(),
+        labels: Some(labels(&db.name_any(), role)),
+        owner_references: owner.map(|owner| vec![owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The Secret with the superuser's credentials: the user's, or the generated one.
+pub fn credentials_secret(db: &SampleDB) -> String {
+    db.spec
+        .credentials
+        .secret_name
+        .clone()
+        .unwrap_or_else(|| generated_secret(&db.name_any()))
+}
+
+/// The generated credentials (`postgres` and `password`), created once and never applied again.
+pub fn generated_credentials(db: &SampleDB, owner: &OwnerReference, password: &str) -> Secret {
+    Secret {
+        metadata: meta(
+            db,
+            generated_secret(&db.name_any()),
+            "credentials",
+            Some(owner),
+        ),
+        string_data: Some(BTreeMap::from([
+            ("username".to_owned(), "postgres".to_owned()),
+            ("password".to_owned(), password.to_owned()),
+        ])),
+        type_: Some("Opaque".to_owned()),
+        ..Secret::default()
+    }
+}
+
+/// Where the database is: `PGHOST`, `PGPORT`, `PGDATABASE` (libpq's own variable names, so a
+/// client Pod takes them with `envFrom`).
+pub fn connection(db: &SampleDB, owner: &OwnerReference) -> ConfigMap {
+    let name = db.name_any();
+    ConfigMap {
+        metadata: meta(db, connection_config_map(&name), "connection", Some(owner)),
+        data: Some(BTreeMap::from([
+            ("PGHOST".to_owned(), name),
+            ("PGPORT".to_owned(), PORT.to_string()),
+            ("PGDATABASE".to_owned(), DATABASE.to_owned()),
+        ])),
+        ..ConfigMap::default()
+    }
+}
+
+/// A claim with no ownerReference: the operator deletes the data claim itself, after the final
+/// snapshot, and keeps the backups claim.
+pub fn claim(db: &SampleDB, name: String, size: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: meta(db, name, "storage", None),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            storage_class_name: db.spec.storage.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    Quantity(size.to_owned()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The headless Service that gives the database Pod its name (`PGHOST`).
+pub fn service(db: &SampleDB, owner: &OwnerReference) -> Service {
+    let name = db.name_any();
+    Service {
+        metadata: meta(db, name.clone(), "database", Some(owner)),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_owned()),
+            selector: Some(selector_labels(&name)),
+            ports: Some(vec![ServicePort {
+                name: Some("postgres".to_owned()),
+                port: PORT,
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn image(db: &SampleDB, version: &str) -> String {
+    format!("{}:{version}", db.spec.image)
+}
+
+fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: key.to_owned(),
+                optional: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        value: None,
+    }
+}
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        value_from: None,
+    }
+}
+
+fn claim_volume(name: &str, claim: String) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim,
+            read_only: None,
+        }),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        ..VolumeMount::default()
+    }
+}
+
+fn security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(POSTGRES_UID),
+        run_as_group: Some(POSTGRES_UID),
+        fs_group: Some(POSTGRES_UID),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// The database: one replica (0 while it is stopped for an upgrade or a final snapshot) of
+/// `<image>:<version>` on the data claim.
+pub fn stateful_set(
+    db: &SampleDB,
+    owner: &OwnerReference,
+    version: &str,
+    replicas: i32,
+) -> StatefulSet {
+    let name = db.name_any();
+    let secret = credentials_secret(db);
+    let container = Container {
+        name: "postgres".to_owned(),
+        image: Some(image(db, version)),
+        env: Some(vec![
+            secret_env("POSTGRES_USER", &secret, "username"),
+            secret_env("POSTGRES_PASSWORD", &secret, "password"),
+            env("POSTGRES_DB", DATABASE),
+            env("PGDATA", PGDATA),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("postgres".to_owned()),
+            container_port: PORT,
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(
+                    ["pg_isready", "--host", "127.0.0.1", "--dbname", DATABASE]
+                        .map(str::to_owned)
+                        .to_vec(),
+                ),
+            }),
+            period_seconds: Some(5),
+            ..Probe::default()
+        }),
+        volume_mounts: Some(vec![mount("data", DATA_MOUNT)]),
+        ..Container::default()
+    };
+    StatefulSet {
+        metadata: meta(db, name.clone(), "database", Some(owner)),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(name.clone()),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(&name)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(&name, "database")),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    volumes: Some(vec![claim_volume("data", data_claim(&name))]),
+                    security_context: Some(security_context()),
+                    ..PodSpec::default()
+                }),
+            },
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// One Job: a container running `script` with the connection and credentials in its
+/// environment, `backoffLimit: 0` (a failed database command is reported, not retried blindly)
+/// and a deadline.
+pub struct JobSpecOf<'a> {
+    pub kind: JobKind,
+    pub name: String,
+    pub version: &'a str,
+    pub script: &'static str,
+    /// Extra environment (`BACKUP_FILE`, `INIT_SQL_DIR`, …).
+    pub env: Vec<EnvVar>,
+    pub deadline_seconds: i64,
+    /// Mount the data volume (offline Jobs: upgrade, snapshot).
+    pub data: bool,
+    /// Runs first, with another image (the upgrade's dump, by the old version).
+    pub before: Option<(&'a str, &'static str)>,
+    pub owner: Option<&'a OwnerReference>,
+}
+
+pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
+    let name = db.name_any();
+    let secret = credentials_secret(db);
+    let mut environment = vec![
+        secret_env("PGUSER", &secret, "username"),
+        secret_env("PGPASSWORD", &secret, "password"),
+        env("BACKUP_DIR", BACKUPS_MOUNT),
+    ];
+    let mut mounts = vec![mount("backups", BACKUPS_MOUNT)];
+    let mut volumes = vec![claim_volume("backups", backups_claim(&name))];
+    if spec.data {
+        environment.push(env("PGDATA", PGDATA));
+        mounts.push(mount("data", DATA_MOUNT));
+        volumes.push(claim_volume("data", data_claim(&name)));
+    }
+    if let (JobKind::Init, Some(init)) = (spec.kind, &db.spec.init_sql) {
+        environment.push(env("INIT_SQL_DIR", INIT_SQL_MOUNT));
+        mounts.push(mount("init-sql", INIT_SQL_MOUNT));
+        volumes.push(Volume {
+            name: "init-sql".to_owned(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: init.config_map_name.clone(),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
+    environment.extend(spec.env);
+    let container = |container: &str, version: &str, script: &str| Container {
+        name: container.to_owned(),
+        image: Some(image(db, version)),
+        command: Some(vec!["bash".to_owned(), "-c".to_owned(), script.to_owned()]),
+        env_from: Some(vec![EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: connection_config_map(&name),
+                optional: None,
+            }),
+            ..EnvFromSource::default()
+        }]),
+        env: Some(environment.clone()),
+        volume_mounts: Some(mounts.clone()),
+        ..Container::default()
+    };
+    let init_containers = spec
+        .before
+        .map(|(version, script)| vec![container("dump", version, script)]);
+    let mut pod_labels = db.spec.job_pod_metadata.labels.clone();
+    pod_labels.extend(labels(&name, spec.kind.label()));
+    let annotations = &db.spec.job_pod_metadata.annotations;
+    Job {
+        metadata: meta(db, spec.name, spec.kind.label(), spec.owner),
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(spec.deadline_seconds),
+            ttl_seconds_after_finished: (spec.kind == JobKind::FinalSnapshot)
+                .then_some(SNAPSHOT_JOB_TTL_SECONDS),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: (!annotations.is_empty()).then(|| annotations.clone()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_owned()),
+                    init_containers,
+                    containers: vec![container(spec.kind.label(), spec.version, spec.script)],
+                    volumes: Some(volumes),
+                    security_context: Some(security_context()),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The init Job, or the restore Job when the SampleDB starts from a backup.
+pub fn first_job(db: &SampleDB, owner: &OwnerReference) -> Job {
+    let name = db.name_any();
+    let (kind, script, extra) = match &db.spec.restore {
+        Some(restore) => (
+            JobKind::Restore,
+            scripts::RESTORE,
+            vec![env("BACKUP_FILE", &restore.backup_file)],
+        ),
+        None => (JobKind::Init, scripts::INIT, Vec::new()),
+    };
+    job(
+        db,
+        JobSpecOf {
+            kind,
+            name: init_job_name(&name, kind),
+            version: &db.spec.version,
+            script,
+            env: extra,
+            deadline_seconds: db.spec.job_timeout_seconds,
+            data: false,
+            before: None,
+            owner: Some(owner),
+        },
+    )
+}
+
+pub fn backup_job(db: &SampleDB, owner: &OwnerReference, version: &str, tick: Timestamp) -> Job {
+    let name = backup_job_name(&db.name_any(), tick);
+    job(
+        db,
+        JobSpecOf {
+            kind: JobKind::Backup,
+            env: vec![env("BACKUP_FILE", &dump_file(&name))],
+            name,
+            version,
+            script: scripts::BACKUP,
+            deadline_seconds: db.spec.backup.timeout_seconds,
+            data: false,
+            before: None,
+            owner: Some(owner),
+        },
+    )
+}
+
+/// The offline upgrade: the old version dumps the stopped database, the new one converts the data
+/// directory when the major version changes (see `scripts/upgrade.sh`).
+pub fn upgrade_job(db: &SampleDB, owner: &OwnerReference, from: &str, to: &str) -> Job {
+    let name = upgrade_job_name(&db.name_any(), to);
+    job(
+        db,
+        JobSpecOf {
+            kind: JobKind::Upgrade,
+            env: vec![env("BACKUP_FILE", &dump_file(&name))],
+            name,
+            version: to,
+            script: scripts::UPGRADE,
+            deadline_seconds: db.spec.job_timeout_seconds,
+            data: true,
+            before: Some((from, scripts::SNAPSHOT)),
+            owner: Some(owner),
+        },
+    )
+}
+
+/// The final snapshot: no ownerReference, so no deletion propagation removes it before it ran.
+pub fn final_snapshot_job(db: &SampleDB, uid: &str, version: &str) -> Job {
+    let name = final_snapshot_job_name(&db.name_any(), uid);
+    job(
+        db,
+        JobSpecOf {
+            kind: JobKind::FinalSnapshot,
+            env: vec![env("BACKUP_FILE", &dump_file(&name))],
+            name,
+            version,
+            script: scripts::SNAPSHOT,
+            deadline_seconds: db.spec.deletion.snapshot_timeout_seconds,
+            data: true,
+            before: None,
+            owner: None,
+        },
+    )
+}

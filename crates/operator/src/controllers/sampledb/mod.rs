@@ -1,0 +1,1024 @@
+//! `SampleDB` (seed 003): a PostgreSQL database with its volumes, init Job, scheduled backups,
+//! restore at creation, offline upgrade and a snapshot before delete.
+//!
+//! Each reconcile is level-triggered and takes the next step only when the one before it is seen
+//! done: finalizer → credentials and connection → claims → Service → StatefulSet → init (or
+//! restore) Job once the database is Ready → backups on schedule, one at a time → upgrades with
+//! the database stopped. On deletion: stop → final snapshot Job → delete the data.
+
+mod children;
+pub mod schedule;
+pub mod scripts;
+mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use app_operator_api::SampleDB;
+use app_operator_api::sampledb::{
+    DeletionPolicy, FINALIZER, FinalSnapshotStatus, SampleDBStatus, UpgradeStatus,
+};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use self::children::{INSTANCE_LABEL, JobKind, ROLE_LABEL};
+use self::schedule::Schedule;
+use self::status::{Findings, Problem};
+use crate::reconcile::apply::{controller_reference, is_controlled_by};
+use crate::reconcile::children::{OnImmutable, Owned, delete_child};
+use crate::reconcile::finalizer::{Cleanup, finalize};
+use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
+use crate::reconcile::{Error, FIELD_MANAGER};
+use crate::telemetry::metrics::Metrics;
+
+pub const NAME: &str = "sampledb";
+
+/// How soon to look again while waiting for something no watched object announces (a Pod gone
+/// from another owner, a claim released, a Job without an owner reference).
+const POLL: Duration = Duration::from_secs(2);
+
+pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let mut runner = Runner::<SampleDB>::new(NAME, &settings);
+    let reconciler = SampleDBReconciler {
+        config_maps: Owned::new(runner.owns(), OnImmutable::Recreate),
+        services: Owned::new(runner.owns(), OnImmutable::Recreate),
+        stateful_sets: Owned::new(runner.owns(), OnImmutable::Recreate),
+        claims: runner.owns(),
+        jobs: runner.owns(),
+        pods: runner.owns(),
+        metrics: settings.metrics.clone(),
+    };
+    runner.run(reconciler, shutdown).await;
+}
+
+struct SampleDBReconciler {
+    config_maps: Owned<ConfigMap>,
+    services: Owned<Service>,
+    stateful_sets: Owned<StatefulSet>,
+    claims: Store<PersistentVolumeClaim>,
+    jobs: Store<Job>,
+    pods: Store<Pod>,
+    metrics: Arc<Metrics>,
+}
+
+/// What one reconcile works on.
+struct Context<'a> {
+    db: &'a SampleDB,
+    name: String,
+    namespace: String,
+    uid: String,
+    owner: OwnerReference,
+    shared: &'a Shared,
+}
+
+/// Where a Job stands.
+#[derive(Debug, Clone, PartialEq)]
+enum JobState {
+    Running,
+    Succeeded(Option<Time>),
+    /// When and why (the Job's `Failed` condition: `DeadlineExceeded`, `BackoffLimitExceeded`).
+    Failed {
+        at: Option<Time>,
+        reason: String,
+        message: String,
+    },
+}
+
+fn job_state(job: &Job) -> JobState {
+    let conditions = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten();
+    for condition in conditions.filter(|c| c.status == "True") {
+        match condition.type_.as_str() {
+            "Complete" => {
+                let at = job.status.as_ref().and_then(|s| s.completion_time.clone());
+                return JobState::Succeeded(at.or_else(|| condition.last_transition_time.clone()));
+            }
+            "Failed" => {
+                return JobState::Failed {
+                    at: condition.last_transition_time.clone(),
+                    reason: condition.reason.clone().unwrap_or_default(),
+                    message: condition.message.clone().unwrap_or_default(),
+                };
+            }
+            _ => {}
+        }
+    }
+    JobState::Running
+}
+
+/// `a` is a newer PostgreSQL version than `b` (numeric, component by component).
+fn is_newer(a: &str, b: &str) -> bool {
+    let parse = |v: &str| -> Vec<u64> { v.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
+    parse(a) > parse(b)
+}
+
+impl Reconciler for SampleDBReconciler {
+    type Object = SampleDB;
+
+    async fn reconcile(&self, db: &SampleDB, shared: &Shared) -> Result<Action, Error> {
+        let namespace = db.namespace().ok_or(Error::MissingMetadata("namespace"))?;
+        let uid = db.uid().ok_or(Error::MissingMetadata("uid"))?;
+        let owner = controller_reference(db).ok_or(Error::MissingMetadata("uid"))?;
+        let context = Context {
+            db,
+            name: db.name_any(),
+            namespace: namespace.clone(),
+            uid,
+            owner,
+            shared,
+        };
+        let api: Api<SampleDB> = Api::namespaced(shared.client.clone(), &namespace);
+        finalize(
+            shared,
+            &api,
+            db,
+            FINALIZER,
+            || self.live(&context),
+            || self.clean_up(&context),
+        )
+        .await
+    }
+
+    fn forget(&self, key: &str) {
+        if let Some((namespace, name)) = key.split_once('/') {
+            self.metrics.forget_sampledb(namespace, name);
+        }
+    }
+}
+
+impl SampleDBReconciler {
+    /// The live object: converge, then write the status and publish what changed.
+    async fn live(&self, context: &Context<'_>) -> Result<Action, Error> {
+        let db = context.db;
+        let previous = db.status.clone().unwrap_or_default();
+        let mut status = previous.clone();
+        let mut findings = Findings::default();
+        let now = Timestamp::now();
+        let converged = self
+            .converge(context, &mut status, &mut findings, now)
+            .await;
+        let (outcome, next_tick) = match converged {
+            Ok(next_tick) => (Ok(()), next_tick),
+            Err(error) => (Err(error), None),
+        };
+        status::finish(
+            db,
+            &mut status,
+            &findings,
+            outcome.as_ref().err(),
+            &Time(now),
+        );
+        self.announce(context, &previous, &status, &findings).await;
+        if let Some(last) = &status.backup.last_successful_time {
+            self.metrics.set_sampledb_last_backup(
+                &context.namespace,
+                &context.name,
+                last.0.as_second(),
+            );
+        }
+        let then = if findings.progress.is_some() {
+            Action::requeue(POLL)
+        } else if let Some(next) = next_tick {
+            let wait = next.duration_since(now).unsigned_abs();
+            Action::requeue(wait.max(Duration::from_millis(100)))
+        } else {
+            Action::await_change()
+        };
+        context
+            .shared
+            .write_status(db, db.status.as_ref(), status, |_| {}, outcome)
+            .await
+            .map(|()| then)
+    }
+
+    /// Makes the children match the spec and takes the lifecycle's next step. Returns the next
+    /// backup tick, to wake up for it.
+    async fn converge(
+        &self,
+        context: &Context<'_>,
+        status: &mut SampleDBStatus,
+        findings: &mut Findings,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>, Error> {
+        let db = context.db;
+        let client = &context.shared.client;
+        self.ensure_credentials(context, status).await?;
+        self.config_maps
+            .apply(
+                client,
+                &context.uid,
+                &children::connection(db, &context.owner),
+            )
+            .await?;
+        for (claim, size) in [
+            (children::data_claim(&context.name), &db.spec.storage.size),
+            (
+                children::backups_claim(&context.name),
+                &db.spec.storage.backups_size,
+            ),
+        ] {
+            self.apply_claim(context, children::claim(db, claim, size))
+                .await?;
+        }
+        self.services
+            .apply(client, &context.uid, &children::service(db, &context.owner))
+            .await?;
+
+        let (version, replicas) = self.upgrade(context, status, findings).await?;
+        let (stateful_set, _) = self
+            .stateful_sets
+            .apply(
+                client,
+                &context.uid,
+                &children::stateful_set(db, &context.owner, &version, replicas),
+            )
+            .await?;
+        let ready_replicas = stateful_set
+            .status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0);
+        findings.database_ready = replicas > 0 && ready_replicas > 0;
+
+        if status.current_version.is_none() {
+            self.initialize(context, status, findings).await?;
+        }
+        self.record_backups(context, status).await?;
+        if status.current_version.is_some() && status.upgrade.is_none() {
+            return self.schedule_backup(context, status, findings, now).await;
+        }
+        Ok(None)
+    }
+
+    /// The generated credentials are created once (`create` only: the operator cannot read
+    /// Secrets) and recorded in the status; a user's Secret is only referenced.
+    async fn ensure_credentials(
+        &self,
+        context: &Context<'_>,
+        status: &mut SampleDBStatus,
+    ) -> Result<(), Error> {
+        let secret = children::credentials_secret(context.db);
+        if context.db.spec.credentials.secret_name.is_none()
+            && status.credentials_secret.as_deref() != Some(secret.as_str())
+        {
+            let password = random_password()?;
+            let desired = children::generated_credentials(context.db, &context.owner, &password);
+            let api: Api<Secret> =
+                Api::namespaced(context.shared.client.clone(), &context.namespace);
+            match api.create(&PostParams::default(), &desired).await {
+                Ok(_) => {}
+                // Made by an earlier pass whose status write was lost: never overwritten.
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(source) => {
+                    return Err(Error::Create {
+                        kind: "Secret".into(),
+                        name: secret,
+                        source,
+                    });
+                }
+            }
+        }
+        status.credentials_secret = Some(secret);
+        Ok(())
+    }
+
+    /// Applies a claim, which has no owner reference: the instance label says it is ours (a
+    /// backups claim left by an earlier SampleDB of this name is taken on, so its backups can be
+    /// restored). Only the size may change, and only up.
+    async fn apply_claim(
+        &self,
+        context: &Context<'_>,
+        desired: PersistentVolumeClaim,
+    ) -> Result<(), Error> {
+        let name = desired.name_any();
+        let current = cached(&self.claims, &name, &context.namespace);
+        let size = |claim: &PersistentVolumeClaim| {
+            claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.resources.as_ref())
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get("storage").cloned())
+        };
+        if let Some(current) = &current {
+            if !self.is_ours(current.as_ref(), &context.name) {
+                return Err(Error::Conflict {
+                    kind: "PersistentVolumeClaim".into(),
+                    name,
+                });
+            }
+            if size(current) == size(&desired) {
+                return Ok(());
+            }
+        }
+        let api: Api<PersistentVolumeClaim> =
+            Api::namespaced(context.shared.client.clone(), &context.namespace);
+        if current.is_none() {
+            // Not in the cache: ours from an earlier life, or a stranger's (not labelled).
+            if let Some(existing) = api.get_opt(&name).await.map_err(|source| Error::Get {
+                kind: "PersistentVolumeClaim".into(),
+                name: name.clone(),
+                source,
+            })? && !self.is_ours(&existing, &context.name)
+            {
+                return Err(Error::Conflict {
+                    kind: "PersistentVolumeClaim".into(),
+                    name,
+                });
+            }
+        }
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&desired),
+        )
+        .await
+        .map_err(|source| Error::Apply {
+            kind: "PersistentVolumeClaim".into(),
+            name,
+            source,
+        })?;
+        Ok(())
+    }
+
+    fn is_ours(&self, object: &impl Resource, db: &str) -> bool {
+        object
+            .meta()
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(INSTANCE_LABEL))
+            .map(String::as_str)
+            == Some(db)
+    }
+
+    /// The upgrade's step, if one is wanted: returns the version to run and the replicas. The
+    /// database is stopped (0 replicas, its Pods gone) before the upgrade Job starts; a failed
+    /// upgrade runs the old version again and is not retried until the version changes or the
+    /// Job is deleted; going back to `currentVersion` deletes the failed Job.
+    async fn upgrade(
+        &self,
+        context: &Context<'_>,
+        status: &mut SampleDBStatus,
+        findings: &mut Findings,
+    ) -> Result<(String, i32), Error> {
+        let db = context.db;
+        let Some(current) = status.current_version.clone() else {
+            return Ok((db.spec.version.clone(), 1));
+        };
+        let wanted = &db.spec.version;
+        if let Some(upgrade) = status.upgrade.clone()
+            && &upgrade.to != wanted
+        {
+            // Given up (the version went back) or replaced by a newer target.
+            let job = children::upgrade_job_name(&context.name, &upgrade.to);
+            self.delete_job(context, &job).await?;
+            status.upgrade = None;
+        }
+        if wanted == &current || !is_newer(wanted, &current) {
+            return Ok((current, 1));
+        }
+        let upgrade = status.upgrade.get_or_insert_with(|| UpgradeStatus {
+            from: current.clone(),
+            to: wanted.clone(),
+            job: None,
+        });
+        let job_name = children::upgrade_job_name(&context.name, wanted);
+        let job = cached(&self.jobs, &job_name, &context.namespace);
+        match job.as_deref().map(job_state) {
+            Some(JobState::Succeeded(_)) => {
+                status.current_version = Some(wanted.clone());
+                status.upgrade = None;
+                Ok((wanted.clone(), 1))
+            }
+            Some(JobState::Failed { message, .. }) => {
+                findings.problem = Some(Problem {
+                    reason: "UpgradeFailed",
+                    message: format!(
+                        "upgrade Job {job_name} from {current} to {wanted} failed ({message}); the database runs {current} again. Set spec.version back to {current}, or delete the Job to retry"
+                    ),
+                });
+                Ok((current, 1))
+            }
+            Some(JobState::Running) => {
+                findings.upgrading = true;
+                findings.progress = Some((
+                    "Upgrading",
+                    format!("upgrade Job {job_name} is converting the data to {wanted}"),
+                ));
+                Ok((current, 0))
+            }
+            None => {
+                findings.upgrading = true;
+                if self.backup_running(context) {
+                    findings.progress = Some((
+                        "WaitingForBackup",
+                        "the upgrade starts when the running backup ends".to_owned(),
+                    ));
+                    return Ok((current, 1));
+                }
+                if self.database_pods(context) > 0 {
+                    findings.progress = Some((
+                        "StoppingDatabase",
+                        format!("stopping the database to upgrade it from {current} to {wanted}"),
+                    ));
+                    return Ok((current, 0));
+                }
+                let desired = children::upgrade_job(db, &context.owner, &current, wanted);
+                self.ensure_job(context, desired).await?;
+                upgrade.job = Some(job_name.clone());
+                findings.progress = Some((
+                    "Upgrading",
+                    format!("upgrade Job {job_name} is converting the data to {wanted}"),
+                ));
+                Ok((current, 0))
+            }
+        }
+    }
+
+    /// The init (or restore) Job, once the database is Ready.
+    async fn initialize(
+        &self,
+        context: &Context<'_>,
+        status: &mut SampleDBStatus,
+        findings: &mut Findings,
+    ) -> Result<(), Error> {
+        if !findings.database_ready {
+            findings.progress = Some((
+                "WaitingForDatabase",
+                "waiting for the database Pod to be Ready".to_owned(),
+            ));
+            return Ok(());
+        }
+        let desired = children::first_job(context.db, &context.owner);
+        let name = desired.name_any();
+        let kind = if context.db.spec.restore.is_some() {
+            JobKind::Restore
+        } else {
+            JobKind::Init
+        };
+        match job_state(&self.ensure_job(context, desired).await?) {
+            JobState::Succeeded(_) => {
+                status.current_version = Some(context.db.spec.version.clone());
+            }
+            JobState::Failed { message, .. } => {
+                let (reason, what) = match kind {
+                    JobKind::Restore => ("RestoreJobFailed", "restore"),
+                    _ => ("InitJobFailed", "init"),
+                };
+                findings.init_failed = true;
+                findings.problem = Some(Problem {
+                    reason,
+                    message: format!(
+                        "{what} Job {name} failed ({message}); no backups run until it succeeds. Fix the cause and delete the Job to run it again"
+                    ),
+                });
+            }
+            JobState::Running => {
+                findings.progress = Some((
+                    "Initializing",
+                    format!("Job {name} is initializing the database"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The backup Jobs of this SampleDB, with their states.
+    fn backup_jobs(&self, context: &Context<'_>) -> Vec<(Arc<Job>, JobState)> {
+        self.jobs
+            .state()
+            .into_iter()
+            .filter(|job| {
+                job.namespace().as_deref() == Some(context.namespace.as_str())
+                    && is_controlled_by(job.as_ref(), &context.uid)
+                    && job.labels().get(ROLE_LABEL).map(String::as_str)
+                        == Some(JobKind::Backup.label())
+            })
+            .map(|job| {
+                let state = job_state(&job);
+                (job, state)
+            })
+            .collect()
+    }
+
+    fn backup_running(&self, context: &Context<'_>) -> bool {
+        self.backup_jobs(context)
+            .iter()
+            .any(|(_, state)| *state == JobState::Running)
+    }
+
+    /// Records finished backups in the status and metrics (each once: newer than the last one
+    /// recorded), and trims the history to its limits.
+    async fn record_backups(
+        &self,
+        context: &Context<'_>,
+        status: &mut SampleDBStatus,
+    ) -> Result<(), Error> {
+        let mut succeeded = Vec::new();
+        let mut failed = Vec::new();
+        for (job, state) in self.backup_jobs(context) {
+            match state {
+                JobState::Succeeded(at) => succeeded.push((at, job)),
+                JobState::Failed { at, .. } => failed.push((at, job)),
+                JobState::Running => {}
+            }
+        }
+        // Newest first.
+        succeeded.sort_by(|a, b| b.0.as_ref().map(|t| t.0).cmp(&a.0.as_ref().map(|t| t.0)));
+        failed.sort_by(|a, b| b.0.as_ref().map(|t| t.0).cmp(&a.0.as_ref().map(|t| t.0)));
+        let backup = &mut status.backup;
+        for (at, job) in succeeded.iter().rev() {
+            if at.as_ref().map(|t| t.0) > backup.last_successful_time.as_ref().map(|t| t.0) {
+                backup.last_successful_time = at.clone();
+                backup.last_successful_job = Some(job.name_any());
+                self.metrics
+                    .sampledb_backup(&context.namespace, &context.name, "succeeded");
+            }
+        }
+        for (at, job) in failed.iter().rev() {
+            if at.as_ref().map(|t| t.0) > backup.last_failed_time.as_ref().map(|t| t.0) {
+                backup.last_failed_time = at.clone();
+                backup.last_failed_job = Some(job.name_any());
+                self.metrics
+                    .sampledb_backup(&context.namespace, &context.name, "failed");
+            }
+        }
+        let policy = &context.db.spec.backup;
+        let keep = |limit: i32| usize::try_from(limit).unwrap_or(0);
+        let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
+        let old = succeeded
+            .iter()
+            .skip(keep(policy.successful_jobs_history_limit))
+            .chain(failed.iter().skip(keep(policy.failed_jobs_history_limit)));
+        for (_, job) in old {
+            delete_child(&api, &job.name_any(), job.uid().as_deref()).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts the backup of the latest due tick, unless one is running (never two at once) or
+    /// backups are suspended. Ticks passed over are counted. Returns the next tick.
+    async fn schedule_backup(
+        &self,
+        context: &Context<'_>,
+        status: &mut SampleDBStatus,
+        findings: &mut Findings,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>, Error> {
+        let db = context.db;
+        let Some(expression) = &db.spec.backup.schedule else {
+            status.backup.next_schedule_time = None;
+            return Ok(None);
+        };
+        let schedule = match Schedule::parse(expression) {
+            Ok(schedule) => schedule,
+            Err(message) => {
+                findings.problem.get_or_insert(Problem {
+                    reason: "InvalidSchedule",
+                    message: format!("spec.backup.schedule: {message}; no backups run"),
+                });
+                status.backup.next_schedule_time = None;
+                return Ok(None);
+            }
+        };
+        if db.spec.backup.suspend {
+            status.backup.next_schedule_time = None;
+            return Ok(None);
+        }
+        let after = status
+            .backup
+            .last_schedule_time
+            .as_ref()
+            .or(db.metadata.creation_timestamp.as_ref())
+            .map_or(now, |t| t.0);
+        let next = if let Some(due) = schedule.due(after, now)
+            && !self.backup_running(context)
+        {
+            let version = status.current_version.clone().unwrap_or_default();
+            let desired = children::backup_job(db, &context.owner, &version, due.tick);
+            self.ensure_job(context, desired).await?;
+            status.backup.last_schedule_time = Some(Time(due.tick));
+            status.backup.skipped_schedules = status
+                .backup
+                .skipped_schedules
+                .saturating_add(i64::try_from(due.skipped).unwrap_or(i64::MAX));
+            schedule.next_after(due.tick.max(now))
+        } else {
+            // Not due yet, or due while a backup runs: its end (a Job event) wakes us up.
+            schedule.next_after(now)
+        };
+        status.backup.next_schedule_time = next.map(Time);
+        Ok(next)
+    }
+
+    /// The Job `desired` names: the cached one, or created. A Job of that name with our instance
+    /// label but no controller (made by hand, or left by a crash) is adopted; any other is a
+    /// conflict. Jobs are never updated: their template is immutable.
+    async fn ensure_job(&self, context: &Context<'_>, desired: Job) -> Result<Job, Error> {
+        let name = desired.name_any();
+        let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
+        let existing = match cached(&self.jobs, &name, &context.namespace) {
+            Some(job) => Some(job.as_ref().clone()),
+            None => match api.create(&PostParams::default(), &desired).await {
+                Ok(created) => {
+                    tracing::info!(job = %name, "created Job");
+                    return Ok(created);
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => api
+                    .get(&name)
+                    .await
+                    .map(Some)
+                    .map_err(|source| Error::Get {
+                        kind: "Job".into(),
+                        name: name.clone(),
+                        source,
+                    })?,
+                Err(source) => {
+                    return Err(Error::Create {
+                        kind: "Job".into(),
+                        name,
+                        source,
+                    });
+                }
+            },
+        };
+        let Some(job) = existing else {
+            return Err(Error::Conflict {
+                kind: "Job".into(),
+                name,
+            });
+        };
+        let wants_owner = desired
+            .owner_references()
+            .iter()
+            .any(|r| r.controller == Some(true));
+        let has_controller = job
+            .owner_references()
+            .iter()
+            .any(|r| r.controller == Some(true));
+        if !self.is_ours(&job, &context.name)
+            || (has_controller && wants_owner && !is_controlled_by(&job, &context.uid))
+        {
+            return Err(Error::Conflict {
+                kind: "Job".into(),
+                name,
+            });
+        }
+        if wants_owner && !has_controller {
+            let patch = json!({ "metadata": {
+                "ownerReferences": [context.owner],
+                "resourceVersion": job.resource_version(),
+            }});
+            let adopted = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|source| Error::Apply {
+                    kind: "Job".into(),
+                    name: name.clone(),
+                    source,
+                })?;
+            tracing::info!(job = %name, "adopted a Job of ours that had no owner");
+            return Ok(adopted);
+        }
+        Ok(job)
+    }
+
+    async fn delete_job(&self, context: &Context<'_>, name: &str) -> Result<(), Error> {
+        let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
+        let uid = cached(&self.jobs, name, &context.namespace).and_then(|job| job.uid());
+        delete_child(&api, name, uid.as_deref()).await
+    }
+
+    /// The database Pods of this SampleDB that still exist (terminating ones included).
+    fn database_pods(&self, context: &Context<'_>) -> usize {
+        self.pods
+            .state()
+            .iter()
+            .filter(|pod| {
+                pod.namespace().as_deref() == Some(context.namespace.as_str())
+                    && self.is_ours(pod.as_ref(), &context.name)
+                    && pod.labels().get(ROLE_LABEL).map(String::as_str) == Some("database")
+            })
+            .count()
+    }
+
+    /// Events for what changed: a Warning when a problem first appears, Normal events for
+    /// initialization, upgrades and backups.
+    async fn announce(
+        &self,
+        context: &Context<'_>,
+        previous: &SampleDBStatus,
+        status: &SampleDBStatus,
+        findings: &Findings,
+    ) {
+        let db = context.db;
+        let shared = context.shared;
+        let degraded_before = previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == app_operator_api::conditions::DEGRADED && c.status == "True")
+            .map(|c| c.reason.as_str());
+        if let Some(problem) = &findings.problem
+            && degraded_before != Some(problem.reason)
+        {
+            shared
+                .publish(
+                    db,
+                    EventType::Warning,
+                    problem.reason,
+                    "Reconcile",
+                    problem.message.clone(),
+                )
+                .await;
+        }
+        match (&previous.current_version, &status.current_version) {
+            (None, Some(version)) => {
+                let note = format!("the database was initialized at version {version}");
+                shared
+                    .publish(db, EventType::Normal, "Initialized", "Initialize", note)
+                    .await;
+            }
+            (Some(from), Some(to)) if from != to => {
+                let note = format!("the database was upgraded from {from} to {to}");
+                shared
+                    .publish(db, EventType::Normal, "Upgraded", "Upgrade", note)
+                    .await;
+            }
+            _ => {}
+        }
+        if status.backup.last_schedule_time != previous.backup.last_schedule_time
+            && let Some(tick) = &status.backup.last_schedule_time
+        {
+            let job = children::backup_job_name(&context.name, tick.0);
+            shared
+                .publish(
+                    db,
+                    EventType::Normal,
+                    "BackupStarted",
+                    "Backup",
+                    format!("started backup Job {job}"),
+                )
+                .await;
+        }
+        let skipped = status.backup.skipped_schedules - previous.backup.skipped_schedules;
+        if skipped > 0 {
+            let note = format!(
+                "{skipped} scheduled backup(s) were passed over (the operator was down, or a backup was still running); one backup caught up"
+            );
+            shared
+                .publish(db, EventType::Warning, "MissedSchedules", "Backup", note)
+                .await;
+        }
+        if status.backup.last_successful_job != previous.backup.last_successful_job
+            && let Some(job) = &status.backup.last_successful_job
+        {
+            shared
+                .publish(
+                    db,
+                    EventType::Normal,
+                    "BackupSucceeded",
+                    "Backup",
+                    format!("backup Job {job} succeeded"),
+                )
+                .await;
+        }
+        if status.backup.last_failed_job != previous.backup.last_failed_job
+            && let Some(job) = &status.backup.last_failed_job
+        {
+            shared
+                .publish(
+                    db,
+                    EventType::Warning,
+                    "BackupFailed",
+                    "Backup",
+                    format!("backup Job {job} failed; see its Pod's log"),
+                )
+                .await;
+        }
+    }
+
+    /// Deletion: by the policy, snapshot the stopped database into the backups volume, then
+    /// delete the StatefulSet and the data claim (the backups claim stays). The status says how
+    /// far it got; a failed snapshot blocks with the way out in the message.
+    async fn clean_up(&self, context: &Context<'_>) -> Result<Cleanup, Error> {
+        let db = context.db;
+        let mut status = db.status.clone().unwrap_or_default();
+        let mut findings = Findings {
+            deleting: true,
+            ..Findings::default()
+        };
+        let now = Time(Timestamp::now());
+        let shared = context.shared;
+        match self.take_down(context, &mut status, &mut findings).await {
+            Ok(cleanup) => {
+                if let Cleanup::Blocked { reason, message } = &cleanup {
+                    findings.problem = Some(Problem {
+                        reason,
+                        message: message.clone(),
+                    });
+                }
+                status::finish(db, &mut status, &findings, None, &now);
+                shared
+                    .write_status(db, db.status.as_ref(), status, |_| {}, Ok(()))
+                    .await
+                    .map(|()| cleanup)
+            }
+            Err(error) => {
+                status::finish(db, &mut status, &findings, Some(&error), &now);
+                // Returns the error (the runner reports it and retries).
+                shared
+                    .write_status(db, db.status.as_ref(), status, |_| {}, Err(error))
+                    .await
+                    .map(|()| Cleanup::Wait(POLL))
+            }
+        }
+    }
+
+    async fn take_down(
+        &self,
+        context: &Context<'_>,
+        status: &mut SampleDBStatus,
+        findings: &mut Findings,
+    ) -> Result<Cleanup, Error> {
+        let db = context.db;
+        let policy = db.spec.deletion.policy;
+        let snapshot_done = status
+            .final_snapshot
+            .as_ref()
+            .is_some_and(|s| s.completion_time.is_some());
+        // A database that never initialized has nothing to snapshot.
+        let snapshot = policy == DeletionPolicy::Snapshot
+            && !snapshot_done
+            && status.current_version.is_some();
+        if snapshot {
+            if let Some(wait) = self.stop_database(context, findings).await? {
+                return Ok(wait);
+            }
+            let version = status.current_version.clone().unwrap_or_default();
+            let desired = children::final_snapshot_job(db, &context.uid, &version);
+            let name = desired.name_any();
+            let job = self.ensure_job(context, desired).await?;
+            let record = status
+                .final_snapshot
+                .get_or_insert_with(|| FinalSnapshotStatus {
+                    job: name.clone(),
+                    start_time: job.metadata.creation_timestamp.clone(),
+                    completion_time: None,
+                });
+            match job_state(&job) {
+                JobState::Running => {
+                    findings.progress = Some((
+                        "Snapshotting",
+                        format!("final snapshot Job {name} is dumping the stopped database"),
+                    ));
+                    return Ok(Cleanup::Wait(POLL));
+                }
+                JobState::Succeeded(at) => {
+                    record.completion_time = at.or_else(|| Some(Time(Timestamp::now())));
+                }
+                JobState::Failed {
+                    reason, message, ..
+                } => {
+                    let (reason, what) = if reason == "DeadlineExceeded" {
+                        (
+                            "SnapshotTimedOut",
+                            "did not finish within spec.deletion.snapshotTimeoutSeconds",
+                        )
+                    } else {
+                        ("SnapshotFailed", "failed")
+                    };
+                    return Ok(Cleanup::Blocked {
+                        reason,
+                        message: format!(
+                            "the final snapshot Job {name} {what} ({message}); the SampleDB and its data are kept. To delete it without a snapshot: kubectl patch sampledb {} -n {} --type merge -p '{{\"spec\":{{\"deletion\":{{\"policy\":\"Delete\"}}}}}}'",
+                            context.name, context.namespace
+                        ),
+                    });
+                }
+            }
+        }
+        self.remove_data(context, policy, findings).await
+    }
+
+    /// Scales the database to 0 and waits for its Pods to be gone. `None` once stopped.
+    async fn stop_database(
+        &self,
+        context: &Context<'_>,
+        findings: &mut Findings,
+    ) -> Result<Option<Cleanup>, Error> {
+        // Found by name and label: under orphan propagation it no longer has our reference.
+        if let Some(stateful_set) = self.stateful_sets.get(&context.namespace, &context.name)
+            && self.is_ours(stateful_set.as_ref(), &context.name)
+            && stateful_set.spec.as_ref().and_then(|s| s.replicas) != Some(0)
+            && stateful_set.metadata.deletion_timestamp.is_none()
+        {
+            let api: Api<StatefulSet> =
+                Api::namespaced(context.shared.client.clone(), &context.namespace);
+            let patch = json!({ "spec": { "replicas": 0 } });
+            match api
+                .patch(
+                    &context.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(source) => {
+                    return Err(Error::Apply {
+                        kind: "StatefulSet".into(),
+                        name: context.name.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        if self.database_pods(context) > 0 {
+            findings.progress = Some((
+                "StoppingDatabase",
+                "stopping the database for its final snapshot".to_owned(),
+            ));
+            return Ok(Some(Cleanup::Wait(POLL)));
+        }
+        Ok(None)
+    }
+
+    /// Deletes the StatefulSet and, unless the policy is `Retain`, the data claim; done once
+    /// they are gone.
+    async fn remove_data(
+        &self,
+        context: &Context<'_>,
+        policy: DeletionPolicy,
+        findings: &mut Findings,
+    ) -> Result<Cleanup, Error> {
+        let client = &context.shared.client;
+        let mut left = Vec::new();
+        if let Some(stateful_set) = self.stateful_sets.get(&context.namespace, &context.name)
+            && self.is_ours(stateful_set.as_ref(), &context.name)
+        {
+            let api: Api<StatefulSet> = Api::namespaced(client.clone(), &context.namespace);
+            delete_child(&api, &context.name, stateful_set.uid().as_deref()).await?;
+            left.push(format!("StatefulSet {}", context.name));
+        }
+        // Its Pod, finished or not, holds the data claim (pvc-protection); the snapshot itself
+        // is the file in the backups volume.
+        let snapshot = children::final_snapshot_job_name(&context.name, &context.uid);
+        if cached(&self.jobs, &snapshot, &context.namespace).is_some() {
+            self.delete_job(context, &snapshot).await?;
+            left.push(format!("Job {snapshot}"));
+        }
+        let data = children::data_claim(&context.name);
+        if policy != DeletionPolicy::Retain
+            && let Some(claim) = cached(&self.claims, &data, &context.namespace)
+            && self.is_ours(claim.as_ref(), &context.name)
+        {
+            let api: Api<PersistentVolumeClaim> =
+                Api::namespaced(client.clone(), &context.namespace);
+            delete_child(&api, &data, claim.uid().as_deref()).await?;
+            left.push(format!("PersistentVolumeClaim {data}"));
+        }
+        if left.is_empty() {
+            return Ok(Cleanup::Done);
+        }
+        findings.progress = Some((
+            "DeletingData",
+            format!("waiting for {} to be gone", left.join(" and ")),
+        ));
+        Ok(Cleanup::Wait(POLL))
+    }
+}
+
+/// 32 random alphanumeric characters (about 190 bits).
+fn random_password() -> Result<String, Error> {
+    use ring::rand::{SecureRandom, SystemRandom};
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut bytes = [0u8; 32];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| Error::InvalidSpec {
+            field: "credentials",
+            message: "the system's random number generator failed".into(),
+        })?;
+    Ok(bytes
+        .iter()
+        .filter_map(|b| {
+            ALPHABET
+                .get(usize::from(*b) % ALPHABET.len())
+                .map(|c| char::from(*c))
+        })
+        .collect())
+}
