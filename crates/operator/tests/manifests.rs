@@ -55,3 +55,59 @@ fn config_crd_and_the_chart_match_the_generated_manifests() {
             .collect::<String>()
     );
 }
+
+/// Every metric the alert rules use is one the operator exports (a renamed metric would leave
+/// an alert that can never fire).
+#[test]
+fn the_alert_rules_name_only_exported_metrics() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/prometheus/alerts.yaml"
+    );
+    let rules: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // A family is exposed once it has a series: record one of each the alerts could use.
+    let metrics = app_operator::telemetry::metrics::Metrics::default();
+    metrics.reconcile_finished("sampledb", Some("Conflict"));
+    metrics.sampledb_backup("ns", "db", "failed");
+    metrics.set_sampledb_last_backup("ns", "db", 1);
+    metrics.set_etcd_cluster("ns", "etcd", [1, 1, 0, 0], true);
+    metrics.cleanup_skipped("sampledb", "NamespaceTerminating");
+    let exposition = metrics.encode().unwrap();
+    // `# TYPE <family> <kind>`: counters are sampled as `<family>_total`.
+    let exported: Vec<String> = exposition
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .flat_map(|rest| {
+            let mut words = rest.split(' ');
+            let family = words.next().unwrap_or_default().to_owned();
+            match words.next() {
+                Some("counter") => vec![format!("{family}_total")],
+                Some("histogram") => ["_bucket", "_sum", "_count"]
+                    .map(|suffix| format!("{family}{suffix}"))
+                    .to_vec(),
+                _ => vec![family],
+            }
+        })
+        .collect();
+    let mut checked = 0;
+    for group in rules["spec"]["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let expr = rule["expr"].as_str().unwrap();
+            let names = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|word| {
+                    word.starts_with("app_operator_") || word.starts_with("controller_runtime_")
+                });
+            for name in names {
+                assert!(
+                    exported.iter().any(|e| e == name),
+                    "alert {} uses {name}, which the operator does not export",
+                    rule["alert"].as_str().unwrap_or_default()
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 5, "only {checked} metric references found");
+}
