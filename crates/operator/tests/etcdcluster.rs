@@ -22,7 +22,7 @@ use app_operator::manager::ControllerKind;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{ListParams, Patch, PatchParams};
-use support::condition;
+use support::{condition, events};
 use testkit::member_runner::MemberRunner;
 use testkit::{TestNamespace, eventually, kubectl_ok};
 
@@ -59,17 +59,6 @@ async fn status(ns: &TestNamespace) -> app_operator::api::EtcdClusterStatus {
         .unwrap()
         .status
         .unwrap_or_default()
-}
-
-async fn events(ns: &TestNamespace) -> String {
-    kubectl_ok(&[
-        "get",
-        "events",
-        "-n",
-        &ns.name,
-        "-o",
-        "jsonpath={.items[*].reason}",
-    ])
 }
 
 /// Where a cluster lives: cloned into background tasks (a `TestNamespace` deletes on drop).

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use serde_json::{Value, json};
-use support::{TIMEOUT, condition};
+use support::{TIMEOUT, condition, events};
 use testkit::{TestNamespace, eventually, kubectl, kubectl_ok, object};
 
 const FAIL_LABEL: &str = "pod-container-running-failed.stage.kwok.x-k8s.io";
@@ -118,17 +118,6 @@ fn finished(job: &Job) -> Option<&str> {
         .iter()
         .find(|c| c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed"))
         .map(|c| c.type_.as_str())
-}
-
-async fn events(ns: &TestNamespace) -> String {
-    kubectl_ok(&[
-        "get",
-        "events",
-        "-n",
-        &ns.name,
-        "-o",
-        "jsonpath={range .items[*]}{.type} {.reason}: {.note}{.message}{\"\\n\"}{end}",
-    ])
 }
 
 /// Requests that change something (POST, PUT, PATCH, DELETE) the operator has sent so far.

@@ -118,6 +118,18 @@ pub fn rejection<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Status {
     }
 }
 
+/// The namespace's events, one line each: `<type> <reason>: <note>`.
+pub async fn events(ns: &testkit::TestNamespace) -> String {
+    testkit::kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={range .items[*]}{.type} {.reason}: {.note}{.message}{\"\\n\"}{end}",
+    ])
+}
+
 /// The condition `type_` of a status's conditions, as (status, reason).
 pub fn condition(
     conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],

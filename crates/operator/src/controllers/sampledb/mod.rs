@@ -715,8 +715,7 @@ impl SampleDBReconciler {
             .count()
     }
 
-    /// Events for what changed: a Warning when a problem first appears, Normal events for
-    /// initialization, upgrades and backups.
+    /// Publishes the events for what changed since `previous`.
     async fn announce(
         &self,
         context: &Context<'_>,
@@ -724,87 +723,15 @@ impl SampleDBReconciler {
         status: &SampleDBStatus,
         findings: &Findings,
     ) {
-        let db = context.db;
-        let shared = context.shared;
-        let degraded_before = previous
-            .conditions
-            .iter()
-            .find(|c| c.type_ == app_operator_api::conditions::DEGRADED && c.status == "True")
-            .map(|c| c.reason.as_str());
-        if let Some(problem) = &findings.problem
-            && degraded_before != Some(problem.reason)
-        {
-            shared
+        for event in events(&context.name, previous, status, findings) {
+            context
+                .shared
                 .publish(
-                    db,
-                    EventType::Warning,
-                    problem.reason,
-                    "Reconcile",
-                    problem.message.clone(),
-                )
-                .await;
-        }
-        match (&previous.current_version, &status.current_version) {
-            (None, Some(version)) => {
-                let note = format!("the database was initialized at version {version}");
-                shared
-                    .publish(db, EventType::Normal, "Initialized", "Initialize", note)
-                    .await;
-            }
-            (Some(from), Some(to)) if from != to => {
-                let note = format!("the database was upgraded from {from} to {to}");
-                shared
-                    .publish(db, EventType::Normal, "Upgraded", "Upgrade", note)
-                    .await;
-            }
-            _ => {}
-        }
-        if status.backup.last_schedule_time != previous.backup.last_schedule_time
-            && let Some(tick) = &status.backup.last_schedule_time
-        {
-            let job = children::backup_job_name(&context.name, tick.0);
-            shared
-                .publish(
-                    db,
-                    EventType::Normal,
-                    "BackupStarted",
-                    "Backup",
-                    format!("started backup Job {job}"),
-                )
-                .await;
-        }
-        let skipped = status.backup.skipped_schedules - previous.backup.skipped_schedules;
-        if skipped > 0 {
-            let note = format!(
-                "{skipped} scheduled backup(s) were passed over (the operator was down, or a backup was still running); one backup caught up"
-            );
-            shared
-                .publish(db, EventType::Warning, "MissedSchedules", "Backup", note)
-                .await;
-        }
-        if status.backup.last_successful_job != previous.backup.last_successful_job
-            && let Some(job) = &status.backup.last_successful_job
-        {
-            shared
-                .publish(
-                    db,
-                    EventType::Normal,
-                    "BackupSucceeded",
-                    "Backup",
-                    format!("backup Job {job} succeeded"),
-                )
-                .await;
-        }
-        if status.backup.last_failed_job != previous.backup.last_failed_job
-            && let Some(job) = &status.backup.last_failed_job
-        {
-            shared
-                .publish(
-                    db,
-                    EventType::Warning,
-                    "BackupFailed",
-                    "Backup",
-                    format!("backup Job {job} failed; see its Pod's log"),
+                    context.db,
+                    event.type_,
+                    event.reason,
+                    event.action,
+                    event.note,
                 )
                 .await;
         }
@@ -1002,6 +929,96 @@ impl SampleDBReconciler {
     }
 }
 
+/// One event to publish.
+#[derive(Debug, PartialEq)]
+struct Announcement {
+    type_: EventType,
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+}
+
+/// Events for what changed: a Warning when a problem first appears (or backups were missed or
+/// failed), Normal events for initialization, upgrades and backups.
+fn events(
+    name: &str,
+    previous: &SampleDBStatus,
+    status: &SampleDBStatus,
+    findings: &Findings,
+) -> Vec<Announcement> {
+    let event = |type_, reason, action, note| Announcement {
+        type_,
+        reason,
+        action,
+        note,
+    };
+    let mut events = Vec::new();
+    let degraded_before = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == app_operator_api::conditions::DEGRADED && c.status == "True")
+        .map(|c| c.reason.as_str());
+    if let Some(problem) = &findings.problem
+        && degraded_before != Some(problem.reason)
+    {
+        let note = problem.message.clone();
+        events.push(event(EventType::Warning, problem.reason, "Reconcile", note));
+    }
+    match (&previous.current_version, &status.current_version) {
+        (None, Some(version)) => {
+            let note = format!("the database was initialized at version {version}");
+            events.push(event(EventType::Normal, "Initialized", "Initialize", note));
+        }
+        (Some(from), Some(to)) if from != to => {
+            let note = format!("the database was upgraded from {from} to {to}");
+            events.push(event(EventType::Normal, "Upgraded", "Upgrade", note));
+        }
+        _ => {}
+    }
+    let backup = (&previous.backup, &status.backup);
+    if backup.0.last_schedule_time != backup.1.last_schedule_time
+        && let Some(tick) = &backup.1.last_schedule_time
+    {
+        let note = format!(
+            "started backup Job {}",
+            children::backup_job_name(name, tick.0)
+        );
+        events.push(event(EventType::Normal, "BackupStarted", "Backup", note));
+    }
+    let skipped = backup.1.skipped_schedules - backup.0.skipped_schedules;
+    if skipped > 0 {
+        let note = format!(
+            "{skipped} scheduled backup(s) were passed over (the operator was down, or a backup was still running); one backup caught up"
+        );
+        events.push(event(EventType::Warning, "MissedSchedules", "Backup", note));
+    }
+    let finished = [
+        (
+            &backup.0.last_successful_job,
+            &backup.1.last_successful_job,
+            EventType::Normal,
+            "BackupSucceeded",
+            "succeeded",
+        ),
+        (
+            &backup.0.last_failed_job,
+            &backup.1.last_failed_job,
+            EventType::Warning,
+            "BackupFailed",
+            "failed; see its Pod's log",
+        ),
+    ];
+    for (before, now, type_, reason, outcome) in finished {
+        if before != now
+            && let Some(job) = now
+        {
+            let note = format!("backup Job {job} {outcome}");
+            events.push(event(type_, reason, "Backup", note));
+        }
+    }
+    events
+}
+
 /// 32 random alphanumeric characters (about 190 bits).
 fn random_password() -> Result<String, Error> {
     use ring::rand::{SecureRandom, SystemRandom};
@@ -1021,4 +1038,54 @@ fn random_password() -> Result<String, Error> {
                 .map(|c| char::from(*c))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    #[test]
+    fn events_say_what_changed_once() {
+        let previous = SampleDBStatus::default();
+        let mut status = previous.clone();
+        status.current_version = Some("16.4".into());
+        status.backup.last_schedule_time = Some(Time("2026-11-23T03:00:00Z".parse().unwrap()));
+        status.backup.skipped_schedules = 2;
+        status.backup.last_failed_job = Some("db-backup-20261123-025500".into());
+        let findings = Findings {
+            problem: Some(Problem {
+                reason: "InvalidSchedule",
+                message: "bad".into(),
+            }),
+            ..Findings::default()
+        };
+        let reasons: Vec<&str> = events("db", &previous, &status, &findings)
+            .iter()
+            .map(|e| e.reason)
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "InvalidSchedule",
+                "Initialized",
+                "BackupStarted",
+                "MissedSchedules",
+                "BackupFailed"
+            ]
+        );
+        let started = &events("db", &previous, &status, &findings)[2];
+        assert_eq!(started.note, "started backup Job db-backup-20261123-030000");
+        // Nothing changed: nothing to say (the problem is already the Degraded reason).
+        status.conditions = vec![app_operator_api::conditions::Condition {
+            type_: "Degraded".into(),
+            status: "True".into(),
+            reason: "InvalidSchedule".into(),
+            message: "bad".into(),
+            observed_generation: None,
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        }];
+        assert!(events("db", &status, &status, &findings).is_empty());
+    }
 }
