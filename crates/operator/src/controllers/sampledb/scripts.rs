@@ -15,6 +15,9 @@
 //!   [`SNAPSHOT`], read by [`RESTORE`] and [`UPGRADE`].
 //! - `INIT_SQL_DIR`: [`INIT`] only, optional: a directory (a ConfigMap volume) of `*.sql` files.
 //!
+//! Each constant is `scripts/common.sh` (the checks, the temporary socket-only server, writing a
+//! dump under a temporary name, restoring one) followed by the script's own part.
+//!
 //! Dumps are `pg_dump --format=custom` of `PGDATABASE`, written under a temporary name and renamed
 //! when complete.
 
@@ -22,24 +25,36 @@
 /// `*.sql` files of `INIT_SQL_DIR` (if set and present) in name order, all in one transaction
 /// with `ON_ERROR_STOP` (a failure applies none of them). Reads `PGHOST`, `PGPORT`, `PGUSER`,
 /// `PGPASSWORD`, `PGDATABASE` and, optionally, `INIT_SQL_DIR`.
-pub const INIT: &str = include_str!("scripts/init.sh");
+pub const INIT: &str = concat!(
+    include_str!("scripts/common.sh"),
+    include_str!("scripts/init.sh")
+);
 
 /// A backup Job: dumps `PGDATABASE` of the running server to `BACKUP_DIR/BACKUP_FILE`; a failed
 /// dump leaves no file of that name. Reads `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
 /// `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
-pub const BACKUP: &str = include_str!("scripts/backup.sh");
+pub const BACKUP: &str = concat!(
+    include_str!("scripts/common.sh"),
+    include_str!("scripts/backup.sh")
+);
 
 /// The restore Job: fails at once, naming the file, if `BACKUP_DIR/BACKUP_FILE` is missing; waits
 /// up to 60 s for the server; drops `PGDATABASE`, creates it empty and restores the dump into it
 /// (`pg_restore --exit-on-error --no-owner`). Reads `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
 /// `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
-pub const RESTORE: &str = include_str!("scripts/restore.sh");
+pub const RESTORE: &str = concat!(
+    include_str!("scripts/common.sh"),
+    include_str!("scripts/restore.sh")
+);
 
 /// The offline snapshot (before a delete, and the upgrade Job's init container with the old
 /// image): starts a temporary server on `PGDATA` that listens on no TCP address, dumps
 /// `PGDATABASE` to `BACKUP_DIR/BACKUP_FILE` and stops the server, also on failure. Reads `PGDATA`,
 /// `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
-pub const SNAPSHOT: &str = include_str!("scripts/snapshot.sh");
+pub const SNAPSHOT: &str = concat!(
+    include_str!("scripts/common.sh"),
+    include_str!("scripts/snapshot.sh")
+);
 
 /// The upgrade Job's main container (new image), after [`SNAPSHOT`]: exits at once if
 /// `PGDATA/PG_VERSION` is already the major version of the image's `postgres` (a minor upgrade);
@@ -47,4 +62,7 @@ pub const SNAPSHOT: &str = include_str!("scripts/snapshot.sh");
 /// `PGUSER`/`PGPASSWORD`, the old access rules), moves `PGDATA` aside to `PGDATA-<old major>` and
 /// the new directory into its place. Reads `PGDATA`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`,
 /// `BACKUP_DIR` and `BACKUP_FILE`.
-pub const UPGRADE: &str = include_str!("scripts/upgrade.sh");
+pub const UPGRADE: &str = concat!(
+    include_str!("scripts/common.sh"),
+    include_str!("scripts/upgrade.sh")
+);

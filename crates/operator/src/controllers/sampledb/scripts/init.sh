@@ -1,27 +1,13 @@
-#!/usr/bin/env bash
 # SampleDB init Job: runs the *.sql files of INIT_SQL_DIR against PGDATABASE on the running server,
 # in name order and all in one transaction (a failure applies none of them, so a retried Job starts
 # clean; statements that cannot run in a transaction block, such as CREATE DATABASE, are not
 # allowed). Without INIT_SQL_DIR, or with no *.sql files in it, it only checks the connection.
 #
 # Env: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE (the server, over TCP); INIT_SQL_DIR (optional).
-set -euo pipefail
+SCRIPT=init.sh
 
-fail() {
-    echo "init.sh: $*" >&2
-    exit 1
-}
-
-for name in PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE; do
-    [[ -n "${!name:-}" ]] || fail "environment variable $name is not set"
-done
-
-echo "init.sh: waiting up to 60 s for PostgreSQL at $PGHOST:$PGPORT to accept connections"
-deadline=$((SECONDS + 60))
-until pg_isready --quiet; do
-    ((SECONDS < deadline)) || fail "PostgreSQL at $PGHOST:$PGPORT did not accept connections within 60 s"
-    sleep 1
-done
+require_env PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE
+wait_for_server
 
 echo "init.sh: connecting to database $PGDATABASE as $PGUSER"
 version=$(psql -X -w -At -v ON_ERROR_STOP=1 -c 'SHOW server_version') ||

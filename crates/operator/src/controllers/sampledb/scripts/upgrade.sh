@@ -1,4 +1,3 @@
-#!/usr/bin/env bash
 # SampleDB upgrade Job, main container (new image), after snapshot.sh ran in the init container
 # with the old image and dumped the offline data directory to BACKUP_DIR/BACKUP_FILE.
 #
@@ -16,19 +15,11 @@
 # Env: PGDATA (the data directory, on the mounted data volume); PGUSER PGPASSWORD PGDATABASE (the
 # superuser of the new directory, the database to restore); BACKUP_DIR (the backups volume);
 # BACKUP_FILE (the dump snapshot.sh wrote, a file name inside BACKUP_DIR).
-set -euo pipefail
+SCRIPT=upgrade.sh
 
-fail() {
-    echo "upgrade.sh: $*" >&2
-    exit 1
-}
-
-for name in PGDATA PGUSER PGPASSWORD PGDATABASE BACKUP_DIR BACKUP_FILE; do
-    [[ -n "${!name:-}" ]] || fail "environment variable $name is not set"
-done
-[[ "$(id -u)" != 0 ]] ||
-    fail "must not run as root (PostgreSQL refuses to): run the container as the postgres user (runAsUser 999 in the official image)"
-[[ "$BACKUP_FILE" != */* ]] || fail "BACKUP_FILE=$BACKUP_FILE must be a file name inside BACKUP_DIR, not a path"
+require_env PGDATA PGUSER PGPASSWORD PGDATABASE BACKUP_DIR BACKUP_FILE
+require_not_root
+require_file_name
 
 version=$(postgres --version) || fail "no postgres binary on PATH (PATH=$PATH)"
 new_major=$(sed -E 's/^[^0-9]*([0-9]+).*/\1/' <<<"$version")
@@ -71,8 +62,7 @@ started=
 cleanup() {
     local status=$?
     if [[ -n "$started" ]]; then
-        echo "upgrade.sh: stopping the temporary server"
-        pg_ctl stop --pgdata "$work" --mode fast --wait --timeout 300 --silent || status=1
+        stop_private_server "$work" || status=1
     fi
     if ((status != 0)); then
         rm -rf "$work"
@@ -88,24 +78,13 @@ initdb --pgdata "$work" --username "$PGUSER" --pwfile "$scratch/pwfile" ||
     fail "initdb of $work failed (see the error above)"
 rm -f "$scratch/pwfile"
 
-# Only ours: no TCP address, and a socket nobody else knows of.
-export PGHOST="$scratch" PGPORT=5432
-echo "upgrade.sh: starting a temporary server on $work (no TCP address, socket in $scratch)"
-if ! pg_ctl start --pgdata "$work" --wait --timeout 600 --silent --log "$scratch/postgres.log" \
-    --options "-c listen_addresses='' -k '$scratch' -p $PGPORT"; then
-    sed 's/^/  postgres: /' "$scratch/postgres.log" >&2 || true
-    fail "the temporary server on $work did not start (its log is above)"
-fi
+start_private_server "$work" "$scratch"
 started=1
 if [[ "$PGDATABASE" != postgres ]]; then
     createdb -w --template=template0 "$PGDATABASE" || fail "could not create database $PGDATABASE (see the error above)"
 fi
-echo "upgrade.sh: restoring $dump into database $PGDATABASE"
-pg_restore -w --exit-on-error --no-owner --dbname "$PGDATABASE" "$dump" ||
-    fail "pg_restore of $dump into database $PGDATABASE failed (see the error above); $PGDATA is unchanged"
-echo "upgrade.sh: stopping the temporary server"
-pg_ctl stop --pgdata "$work" --mode fast --wait --timeout 300 --silent ||
-    fail "the temporary server on $work did not stop"
+restore_into "$dump" "$PGDATA is unchanged"
+stop_private_server "$work" || fail "the temporary server on $work did not stop"
 started=
 
 for conf in pg_hba.conf pg_ident.conf; do

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# What every SampleDB Job script shares; scripts.rs puts it in front of each one, which sets
+# SCRIPT (its name, for messages) before calling anything here.
+set -euo pipefail
+
+fail() {
+    echo "$SCRIPT: $*" >&2
+    exit 1
+}
+
+# require_env NAME...: every variable is set and not empty.
+require_env() {
+    local name
+    for name in "$@"; do
+        [[ -n "${!name:-}" ]] || fail "environment variable $name is not set"
+    done
+}
+
+# BACKUP_FILE names a file inside BACKUP_DIR, not a path.
+require_file_name() {
+    [[ "$BACKUP_FILE" != */* ]] || fail "BACKUP_FILE=$BACKUP_FILE must be a file name inside BACKUP_DIR, not a path"
+}
+
+require_backup_dir() {
+    [[ -d "$BACKUP_DIR" ]] || fail "BACKUP_DIR=$BACKUP_DIR is not a directory (is the backups volume mounted?)"
+}
+
+require_not_root() {
+    [[ "$(id -u)" != 0 ]] ||
+        fail "must not run as root (PostgreSQL refuses to): run the container as the postgres user (runAsUser 999 in the official image)"
+}
+
+# Waits up to 60 s for the server at PGHOST:PGPORT to accept connections.
+wait_for_server() {
+    echo "$SCRIPT: waiting up to 60 s for PostgreSQL at $PGHOST:$PGPORT to accept connections"
+    local deadline=$((SECONDS + 60))
+    until pg_isready --quiet; do
+        ((SECONDS < deadline)) || fail "PostgreSQL at $PGHOST:$PGPORT did not accept connections within 60 s"
+        sleep 1
+    done
+}
+
+# start_private_server DATA SOCKETS [HINT]: a temporary server on DATA that listens on no TCP
+# address, its only socket in SOCKETS (a directory nobody else knows of); PGHOST and PGPORT then
+# point at it. HINT is added to the message when it does not start.
+start_private_server() {
+    local data=$1 sockets=$2 hint=${3:-}
+    export PGHOST="$sockets" PGPORT=5432
+    echo "$SCRIPT: starting a temporary PostgreSQL $(<"$data/PG_VERSION") server on $data (no TCP address, socket in $sockets)"
+    if ! pg_ctl start --pgdata "$data" --wait --timeout 600 --silent --log "$sockets/postgres.log" \
+        --options "-c listen_addresses='' -k '$sockets' -p $PGPORT"; then
+        sed 's/^/  postgres: /' "$sockets/postgres.log" >&2 || true
+        fail "the temporary server on $data did not start (its log is above${hint:+; $hint})"
+    fi
+}
+
+# stop_private_server DATA: a fast shutdown, waited for.
+stop_private_server() {
+    echo "$SCRIPT: stopping the temporary server"
+    pg_ctl stop --pgdata "$1" --mode fast --wait --timeout 300 --silent
+}
+
+# dump_to PARTIAL TARGET WHAT: dumps PGDATABASE (custom format) to PARTIAL and, once it reads back
+# as an archive, renames it to TARGET; WHAT (backup, snapshot) names it in messages. A failed dump
+# leaves nothing under TARGET.
+dump_to() {
+    local partial=$1 target=$2 what=$3
+    echo "$SCRIPT: dumping database $PGDATABASE to $partial"
+    pg_dump -w --format=custom --dbname "$PGDATABASE" --file "$partial" ||
+        fail "pg_dump of database $PGDATABASE failed (see the error above); no $what was written"
+    pg_restore --list "$partial" >/dev/null || fail "the dump $partial is not a readable archive; no $what was written"
+    chmod 0640 "$partial"
+    mv -f "$partial" "$target"
+    echo "$SCRIPT: done: wrote $target ($(wc -c <"$target") bytes)"
+}
+
+# restore_into SOURCE: restores the dump SOURCE into PGDATABASE (created empty beforehand).
+restore_into() {
+    echo "$SCRIPT: restoring $1 into database $PGDATABASE"
+    pg_restore -w --exit-on-error --no-owner --dbname "$PGDATABASE" "$1" ||
+        fail "pg_restore of $1 into database $PGDATABASE failed (see the error above)${2:+; $2}"
+}
+
+# SCRIPT's own part follows.
