@@ -2,6 +2,10 @@
 //! (deleted afterwards), the pinned `kubectl`, and polling with a deadline.
 //!
 //! It never skips: without a control plane every test fails, saying how to get one.
+//!
+//! Its helpers are assertions: where they `panic!`, the test calling them fails with the reason.
+//! Nothing here is linked into the operator (a dev-dependency); `make run` uses only
+//! [`member_runner`] and [`postgres::Binaries`], whose paths return errors instead.
 
 pub mod etcd;
 pub mod member_runner;

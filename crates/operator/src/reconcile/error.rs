@@ -80,6 +80,10 @@ pub enum Error {
         message: String,
     },
 
+    /// The operating system gave no random bytes (for a generated password); retried.
+    #[error("the system's random number generator failed")]
+    Random,
+
     #[error("encoding a child object: {0}")]
     Encode(#[source] serde_json::Error),
 
@@ -101,6 +105,7 @@ impl Error {
             Error::InvalidSpec { .. } => "InvalidSpec",
             Error::Status { .. } => "StatusUpdateFailed",
             Error::Encode(_) => "EncodeFailed",
+            Error::Random => "RandomFailed",
             Error::MissingMetadata(_) => "InvalidObject",
             Error::Finalizer { .. } => "FinalizerUpdateFailed",
             Error::CleanupBlocked { reason, .. } => reason,
@@ -122,6 +127,7 @@ impl Error {
             | Error::Etcd { .. }
             | Error::InvalidSpec { .. }
             | Error::Encode(_)
+            | Error::Random
             | Error::MissingMetadata(_)
             | Error::CleanupBlocked { .. }
             | Error::ImmutableFieldChanged { .. } => return None,

@@ -33,7 +33,7 @@ use serde_json::json;
 use self::children::{INSTANCE_LABEL, JobKind, ROLE_LABEL};
 use self::schedule::Schedule;
 use self::status::{Findings, Problem};
-use crate::reconcile::apply::{controller_reference, is_controlled_by};
+use crate::reconcile::apply::{controlled, controller_reference, is_controlled_by};
 use crate::reconcile::children::{OnImmutable, Owned, delete_child};
 use crate::reconcile::finalizer::{Cleanup, finalize};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
@@ -237,7 +237,11 @@ impl SampleDBReconciler {
             .apply(client, &context.uid, &children::service(db, &context.owner))
             .await?;
 
-        let (version, replicas) = self.upgrade(context, status, findings).await?;
+        let backups = self.backup_jobs(context);
+        let backup_running = backups.iter().any(|(_, state)| *state == JobState::Running);
+        let (version, replicas) = self
+            .upgrade(context, status, findings, backup_running)
+            .await?;
         let (stateful_set, _) = self
             .stateful_sets
             .apply(
@@ -256,9 +260,11 @@ impl SampleDBReconciler {
         if status.current_version.is_none() {
             self.initialize(context, status, findings).await?;
         }
-        self.record_backups(context, status).await?;
+        self.record_backups(context, status, &backups).await?;
         if status.current_version.is_some() && status.upgrade.is_none() {
-            return self.schedule_backup(context, status, findings, now).await;
+            return self
+                .schedule_backup(context, status, findings, now, backup_running)
+                .await;
         }
         Ok(None)
     }
@@ -373,6 +379,7 @@ impl SampleDBReconciler {
         context: &Context<'_>,
         status: &mut SampleDBStatus,
         findings: &mut Findings,
+        backup_running: bool,
     ) -> Result<(String, i32), Error> {
         let db = context.db;
         let Some(current) = status.current_version.clone() else {
@@ -422,7 +429,7 @@ impl SampleDBReconciler {
             }
             None => {
                 findings.upgrading = true;
-                if self.backup_running(context) {
+                if backup_running {
                     findings.progress = Some((
                         "WaitingForBackup",
                         "the upgrade starts when the running backup ends".to_owned(),
@@ -496,16 +503,12 @@ impl SampleDBReconciler {
         Ok(())
     }
 
-    /// The backup Jobs of this SampleDB, with their states.
+    /// The backup Jobs of this SampleDB, with their states (read once per reconcile).
     fn backup_jobs(&self, context: &Context<'_>) -> Vec<(Arc<Job>, JobState)> {
-        self.jobs
-            .state()
+        controlled(&self.jobs, &context.namespace, &context.uid)
             .into_iter()
             .filter(|job| {
-                job.namespace().as_deref() == Some(context.namespace.as_str())
-                    && is_controlled_by(job.as_ref(), &context.uid)
-                    && job.labels().get(ROLE_LABEL).map(String::as_str)
-                        == Some(JobKind::Backup.label())
+                job.labels().get(ROLE_LABEL).map(String::as_str) == Some(JobKind::Backup.label())
             })
             .map(|job| {
                 let state = job_state(&job);
@@ -514,25 +517,20 @@ impl SampleDBReconciler {
             .collect()
     }
 
-    fn backup_running(&self, context: &Context<'_>) -> bool {
-        self.backup_jobs(context)
-            .iter()
-            .any(|(_, state)| *state == JobState::Running)
-    }
-
     /// Records finished backups in the status and metrics (each once: newer than the last one
     /// recorded), and trims the history to its limits.
     async fn record_backups(
         &self,
         context: &Context<'_>,
         status: &mut SampleDBStatus,
+        backups: &[(Arc<Job>, JobState)],
     ) -> Result<(), Error> {
         let mut succeeded = Vec::new();
         let mut failed = Vec::new();
-        for (job, state) in self.backup_jobs(context) {
+        for (job, state) in backups {
             match state {
-                JobState::Succeeded(at) => succeeded.push((at, job)),
-                JobState::Failed { at, .. } => failed.push((at, job)),
+                JobState::Succeeded(at) => succeeded.push((at.clone(), job)),
+                JobState::Failed { at, .. } => failed.push((at.clone(), job)),
                 JobState::Running => {}
             }
         }
@@ -577,6 +575,7 @@ impl SampleDBReconciler {
         status: &mut SampleDBStatus,
         findings: &mut Findings,
         now: Timestamp,
+        backup_running: bool,
     ) -> Result<Option<Timestamp>, Error> {
         let db = context.db;
         let Some(expression) = &db.spec.backup.schedule else {
@@ -605,7 +604,7 @@ impl SampleDBReconciler {
             .or(db.metadata.creation_timestamp.as_ref())
             .map_or(now, |t| t.0);
         let next = if let Some(due) = schedule.due(after, now)
-            && !self.backup_running(context)
+            && !backup_running
         {
             let version = status.current_version.clone().unwrap_or_default();
             let desired = children::backup_job(db, &context.owner, &version, due.tick);
@@ -1026,10 +1025,7 @@ fn random_password() -> Result<String, Error> {
     let mut bytes = [0u8; 32];
     SystemRandom::new()
         .fill(&mut bytes)
-        .map_err(|_| Error::InvalidSpec {
-            field: "credentials",
-            message: "the system's random number generator failed".into(),
-        })?;
+        .map_err(|_| Error::Random)?;
     Ok(bytes
         .iter()
         .filter_map(|b| {
