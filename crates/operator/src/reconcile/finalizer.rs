@@ -101,11 +101,13 @@ where
         Stage::CleanUp => match cleanup().await {
             Err(error) if error.is_namespace_terminating() => {
                 // Waiting would hold the namespace forever: nothing can be made there any more.
-                tracing::info!(finalizer, %error, "namespace is being deleted; skipping the cleanup");
-                shared
-                    .metrics
-                    .cleanup_skipped(shared.controller, "NamespaceTerminating");
-                set_finalizer(api, object, finalizer, false).await?;
+                // Counted once: a second pass on a stale cache finds the object changed or gone.
+                if set_finalizer(api, object, finalizer, false).await? {
+                    tracing::info!(finalizer, %error, "namespace is being deleted; skipped the cleanup");
+                    shared
+                        .metrics
+                        .cleanup_skipped(shared.controller, "NamespaceTerminating");
+                }
                 Ok(Action::await_change())
             }
             Err(error) => Err(error),
@@ -121,12 +123,13 @@ where
     }
 }
 
+/// Returns whether the object was changed (false: it was already gone).
 async fn set_finalizer<K: Cached>(
     api: &Api<K>,
     object: &K,
     finalizer: &str,
     present: bool,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let patch = finalizers_patch(object.meta(), finalizer, present);
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -136,9 +139,9 @@ async fn set_finalizer<K: Cached>(
         .patch(&object.name_any(), &params, &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(true),
         // Removing from an object that is already gone: done.
-        Err(kube::Error::Api(status)) if status.code == 404 && !present => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 && !present => Ok(false),
         Err(source) => Err(Error::Finalizer { source }),
     }
 }
