@@ -180,11 +180,7 @@ async fn an_undecodable_myapp_is_reported_and_the_others_converge() {
     .unwrap();
     eventually(TIMEOUT, "the fixed MyApp to be Ready", || async {
         let status = apps.get("poison").await.ok()?.status?;
-        status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
+        (support::condition(&status.conditions, "Ready")?.0 == "True").then_some(())
     })
     .await;
     let metrics = operator.metrics.encode().unwrap();

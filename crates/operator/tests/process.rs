@@ -617,11 +617,7 @@ async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
         .unwrap();
     eventually(TIMEOUT, "MyApp web Ready", || async {
         let status = ns.api::<MyApp>().get("web").await.ok()?.status?;
-        status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
+        (support::condition(&status.conditions, "Ready")?.0 == "True").then_some(())
     })
     .await;
     // AppCluster: Pods created, status written.
@@ -661,11 +657,7 @@ async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
     dbs.create(&PostParams::default(), &db).await.unwrap();
     eventually(TIMEOUT, "SampleDB db Ready", || async {
         let status = dbs.get("db").await.ok()?.status?;
-        status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
+        (support::condition(&status.conditions, "Ready")?.0 == "True").then_some(())
     })
     .await;
     dbs.delete("db", &DeleteParams::default()).await.unwrap();
