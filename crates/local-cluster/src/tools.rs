@@ -25,6 +25,18 @@ const BINARIES: &[Binary] = &[
         module: "etcd",
         package: "go.etcd.io/etcd/server/v3",
     },
+    // The client tools of the same release, which the etcd image ships: backup Jobs run
+    // `etcdctl snapshot save`, a restored cluster's first member `etcdutl snapshot restore`.
+    Binary {
+        name: "etcdctl",
+        module: "etcd",
+        package: "go.etcd.io/etcd/etcdctl/v3",
+    },
+    Binary {
+        name: "etcdutl",
+        module: "etcd",
+        package: "go.etcd.io/etcd/etcdutl/v3",
+    },
     // The release before the pinned one, for the EtcdCluster upgrade test (3.5 → 3.6).
     Binary {
         name: "etcd-3.5",
