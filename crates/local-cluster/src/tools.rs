@@ -77,17 +77,33 @@ const BINARIES: &[Binary] = &[
 
 /// kwok's stock stages: nodes become Ready (with lease heartbeats), Pods become Ready at once, Job
 /// Pods complete after 1–6 s, or after the annotation `pod-complete.stage.kwok.x-k8s.io/delay`
-/// (how tests make a Job hang), deleted Pods go away; and a running Pod labelled
+/// (how tests make a Job hang), except those that run the etcd image (see
+/// [`LEAVE_ETCD_PODS_RUNNING`]); deleted Pods go away; and a running Pod labelled
 /// `pod-container-running-failed.stage.kwok.x-k8s.io=true` fails (its container exits 1), which
 /// is how tests make a Pod crash. Taken from the pinned kwok module itself.
 const KWOK_STAGES: &[&str] = &[
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "kustomize/stage/pod/fast/pod-ready.yaml",
-    "kustomize/stage/pod/general/pod-complete.yaml",
+    POD_COMPLETE,
     "kustomize/stage/pod/fast/pod-delete.yaml",
     "kustomize/stage/pod/chaos/pod-container-running-failed.yaml",
 ];
+
+/// The stage that completes Job Pods.
+const POD_COMPLETE: &str = "kustomize/stage/pod/general/pod-complete.yaml";
+
+/// Added to [`POD_COMPLETE`]'s selector: Pods with a container (or init container) on the etcd
+/// image are not completed. The test suite's member runner runs their commands for real (a
+/// backup's `etcdctl snapshot save`) and sets their phase from the exit codes; kwok would mark
+/// them Succeeded after a few seconds whatever the commands did. A gojq expression, whose result
+/// kwok compares as a string; `.image // ""` because `test` fails on null, and a failing query
+/// would match `NotIn`.
+const LEAVE_ETCD_PODS_RUNNING: &str = r#"    - key: '[(.spec.containers // [])[], (.spec.initContainers // [])[] | .image // "" | test("(^|/)etcd:v?[0-9]")] | any'
+      operator: 'NotIn'
+      values:
+      - 'true'
+"#;
 
 /// The built tools: `bin/` with every binary, and kwok's stage configuration.
 #[derive(Debug, Clone)]
@@ -100,10 +116,13 @@ impl Tools {
         self.dir.join("bin").join(name)
     }
 
-    /// Named after the stage list, so changing the list writes a new file instead of rebuilding
-    /// every binary.
+    /// Named after the stage list and the change made to it, so changing either writes a new
+    /// file instead of rebuilding every binary.
     pub fn kwok_stages(&self) -> PathBuf {
-        let digest = Sha256::digest(KWOK_STAGES.join("\n"));
+        let mut hash = Sha256::new();
+        hash.update(KWOK_STAGES.join("\n"));
+        hash.update(LEAVE_ETCD_PODS_RUNNING);
+        let digest = hash.finalize();
         let id: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
         self.dir.join(format!("kwok-stages-{id}.yaml"))
     }
@@ -216,21 +235,43 @@ fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
 }
 
 /// Copies [`KWOK_STAGES`] from the pinned kwok module into one file (written aside and renamed,
-/// so a cluster never reads half of it).
+/// so a cluster never reads half of it); [`POD_COMPLETE`] gets [`LEAVE_ETCD_PODS_RUNNING`].
 fn write_kwok_stages(sources: &Path, out: &Path) -> Result<(), Error> {
     let kwok_dir = go(
         &sources.join("kwok"),
         &["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
     )?;
-    let mut stages = String::from("# kwok's stock stages, copied from the pinned kwok module.\n");
+    let mut stages = String::from(
+        "# kwok's stock stages, copied from the pinned kwok module; pod-complete leaves Pods on the\n\
+         # etcd image to the test suite's member runner.\n",
+    );
     for stage in KWOK_STAGES {
         let path = Path::new(kwok_dir.trim()).join(stage);
+        let text = fs::read_to_string(&path).map_err(Error::io("reading", &path))?;
         stages.push_str("---\n");
-        stages.push_str(&fs::read_to_string(&path).map_err(Error::io("reading", &path))?);
+        if *stage == POD_COMPLETE {
+            stages.push_str(&leave_etcd_pods_running(&text).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{} has no selector.matchExpressions to add to",
+                    path.display()
+                ))
+            })?);
+        } else {
+            stages.push_str(&text);
+        }
     }
     let partial = out.with_extension("partial");
     fs::write(&partial, stages).map_err(Error::io("writing", &partial))?;
     fs::rename(&partial, out).map_err(Error::io("moving into place", out))
+}
+
+/// The pod-complete stage with [`LEAVE_ETCD_PODS_RUNNING`] first in its selector; `None` when the
+/// stage has no `matchExpressions` where kwok's own have them.
+fn leave_etcd_pods_running(stage: &str) -> Option<String> {
+    const LIST: &str = "\n  selector:\n    matchExpressions:\n";
+    let at = stage.find(LIST)? + LIST.len();
+    let (before, after) = stage.split_at_checked(at)?;
+    Some(format!("{before}{LEAVE_ETCD_PODS_RUNNING}{after}"))
 }
 
 /// What `make release` stamps into the Kubernetes binaries, so `kubectl version` and the API
@@ -281,6 +322,19 @@ mod tests {
         let version =
             Tools::kubernetes_version(&crate::repo_root().join("hack/k8s-tools")).unwrap();
         assert!(version.starts_with("v1.3"), "{version}");
+    }
+
+    #[test]
+    fn pod_complete_leaves_etcd_pods_running() {
+        let stage = "spec:\n  selector:\n    matchExpressions:\n    - key: '.metadata.deletionTimestamp'\n      operator: 'DoesNotExist'\n  weight: 1\n";
+        let changed = leave_etcd_pods_running(stage).unwrap();
+        assert_eq!(
+            changed,
+            format!(
+                "spec:\n  selector:\n    matchExpressions:\n{LEAVE_ETCD_PODS_RUNNING}    - key: '.metadata.deletionTimestamp'\n      operator: 'DoesNotExist'\n  weight: 1\n"
+            )
+        );
+        assert_eq!(leave_etcd_pods_running("spec:\n  weight: 1\n"), None);
     }
 
     #[test]

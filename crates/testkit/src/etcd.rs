@@ -411,7 +411,7 @@ pub async fn http_request(
 }
 
 /// The last `lines` lines of a log file (reads at most its last 64 KiB).
-fn log_tail(path: &Path, lines: usize) -> String {
+pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
     let Ok(mut file) = File::open(path) else {
         return String::from("(no log)");
     };
