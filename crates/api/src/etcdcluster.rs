@@ -11,6 +11,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{Condition, conditions_schema};
+use crate::etcdbackup::FILE_PATTERN;
 
 /// The image repository of the etcd project's own releases.
 pub const DEFAULT_REPOSITORY: &str = "gcr.io/etcd-development/etcd";
@@ -29,6 +30,10 @@ const VERSION_PATTERN: &str =
 
 /// CEL: the new version is not older than the old one (the semver library normalises the `v`).
 const NO_DOWNGRADE_RULE: &str = "!isSemver(self, true) || !isSemver(oldSelf, true) || semver(self, true).compareTo(semver(oldSelf, true)) >= 0";
+
+/// CEL on the whole object: a restore is neither added nor removed after creation (the field's
+/// own rule keeps its value).
+const RESTORE_AT_CREATION_RULE: &str = "has(self.spec.restore) == has(oldSelf.spec.restore)";
 
 /// CEL: the labels the operator selects its Pods by stay its own.
 const RESERVED_LABELS_RULE: &str = "!('app' in self) && self.all(k, !k.startsWith('etcd_'))";
@@ -59,7 +64,8 @@ const RESERVED_LABELS_RULE: &str = "!('app' in self) && self.all(k, !k.startsWit
     ),
     validation = Rule::new(NAME_RULE).message(
         "metadata.name must be at most 52 characters of lowercase letters, digits and '-', start with a letter and end with a letter or digit: member Pods are named <name>-<10 characters> and used as hostnames"
-    )
+    ),
+    validation = Rule::new(RESTORE_AT_CREATION_RULE).message("spec.restore is set at creation and cannot change")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterSpec {
@@ -86,6 +92,41 @@ pub struct EtcdClusterSpec {
     /// Pod is the policy for the members' Pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodPolicy>,
+
+    /// Restore seeds a new cluster from an EtcdBackup's snapshot: the first member starts from
+    /// the snapshot, with this cluster's own membership, and the others join it. Set at
+    /// creation only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.restore is set at creation and cannot change"))]
+    pub restore: Option<RestoreSource>,
+}
+
+/// RestoreSource names the snapshot a new cluster starts from.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSource {
+    /// BackupName is an EtcdBackup in this namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub backup_name: String,
+    /// Snapshot is one of its kept snapshots (a file in `status.snapshots`); the newest when
+    /// unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), regex(pattern = FILE_PATTERN))]
+    pub snapshot: Option<String>,
+}
+
+/// RestoreStatus reports the snapshot a restored cluster started from.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreStatus {
+    /// BackupName is the EtcdBackup.
+    pub backup_name: String,
+    /// ClaimName is the claim the snapshot is in.
+    pub claim_name: String,
+    /// Snapshot is the file.
+    pub snapshot: String,
+    /// EtcdRevision of the snapshot (at least).
+    pub etcd_revision: i64,
 }
 
 fn default_version() -> String {
@@ -192,4 +233,7 @@ pub struct EtcdClusterStatus {
     /// Selector is the label selector of the members' Pods (for the scale subresource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
+    /// Restore is the snapshot the cluster started from, when it was restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreStatus>,
 }

@@ -6,6 +6,7 @@
 
 pub mod appcluster;
 pub mod conditions;
+pub mod etcdbackup;
 pub mod etcdcluster;
 pub mod myapp;
 pub mod sample;
@@ -16,6 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use appcluster::{AppCluster, AppClusterSpec, AppClusterStatus};
+pub use etcdbackup::{EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
 pub use etcdcluster::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
 pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
 pub use sample::{Sample, SampleFields};
@@ -28,6 +30,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         AppCluster::crd(),
         Sample::crd(),
         EtcdCluster::crd(),
+        EtcdBackup::crd(),
         SampleDB::crd(),
     ]
 }

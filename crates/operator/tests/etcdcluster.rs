@@ -16,12 +16,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use app_operator::api::EtcdCluster;
-use app_operator::controllers::etcdcluster::address::{Addressing, is_member_pod_name};
-use app_operator::etcd::{EtcdApi, EtcdGateway, GatewaySettings, Member};
+use app_operator::controllers::etcdcluster::address::is_member_pod_name;
+use app_operator::etcd::Member;
 use app_operator::manager::ControllerKind;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
+use support::etcd::{
+    self, SLOW, Setup, Target, base64, converged, endpoints, get, members, patch_spec, pods, put,
+};
 use support::{condition, events};
 use testkit::member_runner::MemberRunner;
 use testkit::{TestNamespace, eventually, kubectl_ok};
@@ -31,25 +33,10 @@ const SAMPLE: &str = concat!(
     "/../../config/samples/etcd_v1beta2_etcdcluster.yaml"
 );
 const CLUSTER: &str = "example-etcd-cluster";
-const SLOW: Duration = Duration::from_secs(120);
 
-/// The operator (loopback addressing) and the member runner, for one namespace.
-struct Setup {
-    ns: TestNamespace,
-    runner: MemberRunner,
-    operator: support::Operator,
-}
-
+/// The EtcdCluster controller alone.
 async fn setup(prefix: &str) -> Setup {
-    let ns = TestNamespace::new(prefix).await;
-    let operator = support::start(&ns, &[ControllerKind::Etcdcluster]).await;
-    let dir = std::env::temp_dir().join(format!("etcd-members-{}", ns.name));
-    let runner = MemberRunner::start(ns.client.clone(), Some(&ns.name), &dir).await;
-    Setup {
-        ns,
-        runner,
-        operator,
-    }
+    etcd::setup(prefix, &[ControllerKind::Etcdcluster]).await
 }
 
 async fn status(ns: &TestNamespace) -> app_operator::api::EtcdClusterStatus {
@@ -59,68 +46,6 @@ async fn status(ns: &TestNamespace) -> app_operator::api::EtcdClusterStatus {
         .unwrap()
         .status
         .unwrap_or_default()
-}
-
-/// Where a cluster lives: cloned into background tasks (a `TestNamespace` deletes on drop).
-#[derive(Clone)]
-struct Target {
-    client: kube::Client,
-    namespace: String,
-}
-
-impl From<&TestNamespace> for Target {
-    fn from(ns: &TestNamespace) -> Target {
-        Target {
-            client: ns.client.clone(),
-            namespace: ns.name.clone(),
-        }
-    }
-}
-
-async fn pods(ns: &Target, cluster: &str) -> Vec<Pod> {
-    kube::Api::<Pod>::namespaced(ns.client.clone(), &ns.namespace)
-        .list(&ListParams::default().labels(&format!("app=etcd,etcd_cluster={cluster}")))
-        .await
-        .unwrap()
-        .items
-}
-
-/// The client URLs of the cluster's Pods that are not being deleted.
-async fn endpoints(ns: &Target, cluster: &str) -> Vec<String> {
-    pods(ns, cluster)
-        .await
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(|p| Addressing::Loopback.client_url(cluster, &ns.namespace, &p.name_any()))
-        .collect()
-}
-
-async fn members(ns: &Target, cluster: &str) -> Option<Vec<Member>> {
-    let gateway = EtcdGateway::new(GatewaySettings::default());
-    gateway.members(&endpoints(ns, cluster).await).await.ok()
-}
-
-/// Waits for `size` started voting members, all reported ready in the status, and Available.
-async fn converged(ns: &TestNamespace, cluster: &str, size: usize) -> Vec<Member> {
-    let clusters = ns.api::<EtcdCluster>();
-    let ns = &Target::from(ns);
-    eventually(SLOW, &format!("{size} healthy voting members"), || async {
-        let members = members(ns, cluster).await?;
-        let status = clusters.get(cluster).await.ok()?.status?;
-        let voting = members
-            .iter()
-            .filter(|m| !m.is_learner && m.is_started())
-            .count();
-        let available = condition(&status.conditions, "Available")
-            == Some(("True".into(), "QuorumHealthy".into()));
-        (voting == size
-            && members.len() == size
-            && status.members.ready.len() == size
-            && available
-            && pods(ns, cluster).await.len() == size)
-            .then_some(members)
-    })
-    .await
 }
 
 /// Writes a key every 100 ms through whichever member answers: counts writes no member took,
@@ -173,58 +98,6 @@ impl Writer {
     }
 }
 
-fn base64(text: &str) -> String {
-    use std::fmt::Write;
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let bytes = text.as_bytes();
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                let _ = out.write_char(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// `PUT key=value` through the first endpoint that takes it.
-async fn put(endpoints: &[String], key: &str, value: &str) -> bool {
-    let body = format!(r#"{{"key":"{}","value":"{}"}}"#, base64(key), base64(value));
-    for endpoint in endpoints {
-        let address = endpoint.trim_start_matches("http://").parse().unwrap();
-        if let Some((200, _)) =
-            testkit::etcd::http_request(address, "POST", "/v3/kv/put", &body).await
-        {
-            return true;
-        }
-    }
-    false
-}
-
-/// `GET key` through the first endpoint that answers: the value, base64-encoded.
-async fn get(endpoints: &[String], key: &str) -> Option<String> {
-    let body = format!(r#"{{"key":"{}"}}"#, base64(key));
-    for endpoint in endpoints {
-        let address = endpoint.trim_start_matches("http://").parse().unwrap();
-        if let Some((200, answer)) =
-            testkit::etcd::http_request(address, "POST", "/v3/kv/range", &body).await
-        {
-            let answer: serde_json::Value = serde_json::from_str(&answer).ok()?;
-            return answer["kvs"][0]["value"].as_str().map(str::to_owned);
-        }
-    }
-    None
-}
-
 /// The sample applied (one member), then scaled to three.
 async fn three_members(ns: &TestNamespace) -> Vec<Member> {
     kubectl_ok(&["apply", "-n", &ns.name, "-f", SAMPLE]);
@@ -235,18 +108,6 @@ async fn three_members(ns: &TestNamespace) -> Vec<Member> {
 
 async fn resize(ns: &TestNamespace, cluster: &str, size: i32) {
     patch_spec(ns, cluster, serde_json::json!({ "size": size })).await;
-}
-
-/// A merge patch of the EtcdCluster's spec, as `kubectl patch --type merge` sends it.
-async fn patch_spec(ns: &TestNamespace, cluster: &str, spec: serde_json::Value) {
-    ns.api::<EtcdCluster>()
-        .patch(
-            cluster,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": spec })),
-        )
-        .await
-        .unwrap();
 }
 
 /// Seed 004: size 1 → one Pod `example-etcd-cluster-xxxxxxxxxx`, one member of that name; size 2

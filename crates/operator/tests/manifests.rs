@@ -69,8 +69,11 @@ fn the_alert_rules_name_only_exported_metrics() {
     // A family is exposed once it has a series: record one of each the alerts could use.
     let metrics = app_operator::telemetry::metrics::Metrics::default();
     metrics.reconcile_finished("sampledb", Some("Conflict"));
-    metrics.sampledb_backup("ns", "db", "failed");
-    metrics.set_sampledb_last_backup("ns", "db", 1);
+    for backups in [&metrics.sampledb_backups, &metrics.etcd_backups] {
+        backups.finished("ns", "db", "failed");
+        backups.set_last_success("ns", "db", 1);
+    }
+    metrics.set_etcd_snapshot_size("ns", "etcd", 1);
     metrics.set_etcd_cluster("ns", "etcd", [1, 1, 0, 0], true);
     metrics.cleanup_skipped("sampledb", "NamespaceTerminating");
     let exposition = metrics.encode().unwrap();

@@ -3,6 +3,7 @@
 //! `manager::start_controllers`.
 
 pub mod appcluster;
+pub mod etcdbackup;
 pub mod etcdcluster;
 pub mod myapp;
 pub mod sample;

@@ -361,6 +361,8 @@ struct Header {
     cluster_id: u64,
     #[serde(default, deserialize_with = "uint64")]
     member_id: u64,
+    #[serde(default, deserialize_with = "uint64")]
+    revision: u64,
 }
 
 #[derive(Deserialize)]
@@ -437,6 +439,7 @@ impl From<StatusAnswer> for Status {
         Status {
             member_id: wire.header.member_id,
             cluster_id: wire.header.cluster_id,
+            revision: wire.header.revision,
             leader: wire.leader,
             version: wire.version,
             storage_version: wire.storage_version,
@@ -533,6 +536,7 @@ mod tests {
             Status {
                 member_id: 1214947604256465655,
                 cluster_id: 8623589819610867871,
+                revision: 1,
                 leader: 1214947604256465655,
                 version: "3.6.16".into(),
                 storage_version: "3.6.0".into(),

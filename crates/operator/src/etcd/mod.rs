@@ -44,6 +44,8 @@ pub struct Status {
     /// The member that answered.
     pub member_id: u64,
     pub cluster_id: u64,
+    /// The member's key-value store revision.
+    pub revision: u64,
     /// The leader this member knows of; 0 when it knows none.
     pub leader: u64,
     /// The etcd server version, e.g. `3.6.16`.
@@ -383,6 +385,7 @@ mod tests {
         let status = |member_id, leader| Status {
             member_id,
             cluster_id: 1,
+            revision: 1,
             leader,
             version: "3.6.16".into(),
             storage_version: "3.6.0".into(),

@@ -34,15 +34,17 @@ pub enum ControllerKind {
     Appcluster,
     Sample,
     Etcdcluster,
+    Etcdbackup,
     Sampledb,
 }
 
 impl ControllerKind {
-    pub const ALL: [ControllerKind; 5] = [
+    pub const ALL: [ControllerKind; 6] = [
         ControllerKind::Myapp,
         ControllerKind::Appcluster,
         ControllerKind::Sample,
         ControllerKind::Etcdcluster,
+        ControllerKind::Etcdbackup,
         ControllerKind::Sampledb,
     ];
 }
@@ -60,7 +62,7 @@ pub struct Options {
     pub metrics_cert_dir: Option<std::path::PathBuf>,
     /// Run the controllers only while holding this lease.
     pub leader_election: Option<leader::LeaderElection>,
-    /// How the EtcdCluster controller reaches etcd members.
+    /// How the EtcdCluster and EtcdBackup controllers reach etcd members.
     pub etcd_addressing: Addressing,
     /// Test hook: the EtcdCluster controller cancels this right after adding a member and stops
     /// before creating its Pod, as if the process had died between the two.
@@ -120,6 +122,12 @@ pub fn start_controllers(
                 };
                 tasks.spawn(controllers::etcdcluster::run(settings, etcd, stop))
             }
+            ControllerKind::Etcdbackup => tasks.spawn(controllers::etcdbackup::run(
+                settings,
+                options.etcd_addressing,
+                Arc::new(EtcdGateway::new(GatewaySettings::default())),
+                stop,
+            )),
         };
     }
     tasks

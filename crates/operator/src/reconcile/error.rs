@@ -80,6 +80,14 @@ pub enum Error {
         message: String,
     },
 
+    /// Something another object must provide first is missing (the cluster to back up, a
+    /// quorum, a claim, a snapshot to restore); looked at again with backoff.
+    #[error("{message}")]
+    Waiting {
+        reason: &'static str,
+        message: String,
+    },
+
     /// The operating system gave no random bytes (for a generated password); retried.
     #[error("the system's random number generator failed")]
     Random,
@@ -108,7 +116,7 @@ impl Error {
             Error::Random => "RandomFailed",
             Error::MissingMetadata(_) => "InvalidObject",
             Error::Finalizer { .. } => "FinalizerUpdateFailed",
-            Error::CleanupBlocked { reason, .. } => reason,
+            Error::CleanupBlocked { reason, .. } | Error::Waiting { reason, .. } => reason,
             Error::ImmutableFieldChanged { .. } => "ImmutableFieldChanged",
         }
     }
@@ -130,6 +138,7 @@ impl Error {
             | Error::Random
             | Error::MissingMetadata(_)
             | Error::CleanupBlocked { .. }
+            | Error::Waiting { .. }
             | Error::ImmutableFieldChanged { .. } => return None,
         };
         match source {

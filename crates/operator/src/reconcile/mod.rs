@@ -7,7 +7,9 @@ pub mod children;
 pub mod conditions;
 pub mod error;
 pub mod finalizer;
+pub mod jobs;
 pub mod runner;
+pub mod schedule;
 pub mod written;
 
 pub use error::Error;

@@ -1,6 +1,7 @@
-//! The backup schedule: which tick is due now, and how many were passed over since the last one.
-//! Level-triggered (computed from `status.backup.lastScheduleTime` and the clock), so a restarted
-//! operator starts one catch-up backup, not one per missed tick.
+//! Backup schedules (a cron expression, or a fixed interval): which tick is due now, and how many
+//! were passed over since the last one. Level-triggered (computed from the last scheduled tick in
+//! the status and the clock), so a restarted operator starts one catch-up backup, not one per
+//! missed tick.
 
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
@@ -11,9 +12,13 @@ use k8s_openapi::jiff::tz::TimeZone;
 /// down would otherwise take a while to count).
 const MAX_COUNTED: u64 = 100_000;
 
-/// A parsed cron schedule, in UTC.
+/// When backups run, in UTC.
 #[derive(Debug, Clone)]
-pub struct Schedule(Cron);
+pub enum Schedule {
+    Cron(Box<Cron>),
+    /// Every so many seconds, at multiples of it since the Unix epoch (a restart keeps the ticks).
+    Every(i64),
+}
 
 /// The tick to back up for now, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,28 +42,49 @@ impl Schedule {
             .seconds(Seconds::Optional)
             .build()
             .parse(expression)
-            .map(Schedule)
+            .map(|cron| Schedule::Cron(Box::new(cron)))
             .map_err(|error| format!("{expression:?} is not a cron schedule: {error}"))
+    }
+
+    /// Every `seconds` seconds; `None` for a non-positive interval (no repetition).
+    pub fn every(seconds: i64) -> Option<Schedule> {
+        (seconds > 0).then_some(Schedule::Every(seconds))
     }
 
     /// The first tick after `after`.
     pub fn next_after(&self, after: Timestamp) -> Option<Timestamp> {
-        self.0
-            .find_next_occurrence(&after.to_zoned(TimeZone::UTC), false)
-            .ok()
-            .map(|zoned| zoned.timestamp())
+        match self {
+            Schedule::Cron(cron) => cron
+                .find_next_occurrence(&after.to_zoned(TimeZone::UTC), false)
+                .ok()
+                .map(|zoned| zoned.timestamp()),
+            Schedule::Every(seconds) => {
+                let next = after.as_second().div_euclid(*seconds).checked_add(1)?;
+                Timestamp::from_second(next.checked_mul(*seconds)?).ok()
+            }
+        }
     }
 
     /// The latest tick in `(after, now]` and how many earlier ones in that range were passed
     /// over; `None` when no tick is due.
     pub fn due(&self, after: Timestamp, now: Timestamp) -> Option<Due> {
         let mut tick = self.next_after(after).filter(|t| *t <= now)?;
+        let cron = match self {
+            Schedule::Cron(cron) => cron,
+            Schedule::Every(seconds) => {
+                let latest = now.as_second().div_euclid(*seconds) * seconds;
+                let skipped = (latest - tick.as_second()) / seconds;
+                return Some(Due {
+                    tick: Timestamp::from_second(latest).ok()?,
+                    skipped: u64::try_from(skipped).unwrap_or(0),
+                });
+            }
+        };
         let mut skipped = 0;
         while let Some(next) = self.next_after(tick).filter(|t| *t <= now) {
             if skipped >= MAX_COUNTED {
                 // Jump to the latest tick without counting the rest.
-                let latest = self
-                    .0
+                let latest = cron
                     .find_previous_occurrence(&now.to_zoned(TimeZone::UTC), true)
                     .ok()
                     .map_or(next, |zoned| zoned.timestamp());
@@ -116,6 +142,22 @@ mod tests {
         assert_eq!(
             daily.next_after(at("2026-11-23T10:00:00Z")),
             Some(at("2026-11-24T03:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn an_interval_ticks_at_its_multiples_and_catches_up_once() {
+        assert!(Schedule::every(0).is_none());
+        let every_5s = Schedule::every(5).unwrap();
+        let after = at("2026-11-23T10:00:00Z");
+        assert_eq!(every_5s.next_after(after), Some(at("2026-11-23T10:00:05Z")));
+        assert_eq!(every_5s.due(after, at("2026-11-23T10:00:04Z")), None);
+        assert_eq!(
+            every_5s.due(after, at("2026-11-23T10:00:17Z")),
+            Some(Due {
+                tick: at("2026-11-23T10:00:15Z"),
+                skipped: 2
+            })
         );
     }
 

@@ -102,8 +102,9 @@ pub struct Metrics {
     etcd_membership_operations: Family<MembershipLabels, Counter>,
     etcd_members: Family<EtcdMemberLabels, Gauge>,
     etcd_quorum: Family<ObjectNameLabels, Gauge>,
-    sampledb_backups: Family<BackupLabels, Counter>,
-    sampledb_last_successful_backup: Family<ObjectNameLabels, Gauge>,
+    pub sampledb_backups: BackupMetrics,
+    pub etcd_backups: BackupMetrics,
+    etcd_snapshot_size: Family<ObjectNameLabels, Gauge>,
     cleanups_skipped: Family<SkippedCleanupLabels, Counter>,
 }
 
@@ -125,8 +126,7 @@ impl Default for Metrics {
         let etcd_membership_operations = Family::<MembershipLabels, Counter>::default();
         let etcd_members = Family::<EtcdMemberLabels, Gauge>::default();
         let etcd_quorum = Family::<ObjectNameLabels, Gauge>::default();
-        let sampledb_backups = Family::<BackupLabels, Counter>::default();
-        let sampledb_last_successful_backup = Family::<ObjectNameLabels, Gauge>::default();
+        let etcd_snapshot_size = Family::<ObjectNameLabels, Gauge>::default();
         let cleanups_skipped = Family::<SkippedCleanupLabels, Counter>::default();
         registry.register(
             "leader_election_master_status",
@@ -190,15 +190,12 @@ impl Default for Metrics {
             "1 while an EtcdCluster's healthy voting members hold a quorum, else 0",
             etcd_quorum.clone(),
         );
+        let sampledb_backups = BackupMetrics::register(&mut registry, "sampledb", "SampleDB");
+        let etcd_backups = BackupMetrics::register(&mut registry, "etcdbackup", "EtcdBackup");
         registry.register(
-            "app_operator_sampledb_backups",
-            "Scheduled SampleDB backups that finished, by result (succeeded, failed)",
-            sampledb_backups.clone(),
-        );
-        registry.register(
-            "app_operator_sampledb_last_successful_backup_timestamp_seconds",
-            "When each SampleDB's latest successful backup finished (Unix seconds)",
-            sampledb_last_successful_backup.clone(),
+            "app_operator_etcdbackup_snapshot_size_bytes",
+            "Size of each EtcdBackup's latest snapshot (the database of the member it copied)",
+            etcd_snapshot_size.clone(),
         );
         registry.register(
             "app_operator_cleanups_skipped",
@@ -220,9 +217,74 @@ impl Default for Metrics {
             etcd_members,
             etcd_quorum,
             sampledb_backups,
-            sampledb_last_successful_backup,
+            etcd_backups,
+            etcd_snapshot_size,
             cleanups_skipped,
         }
+    }
+}
+
+/// The backups of one kind: finished backups by result, and when the latest success finished.
+pub struct BackupMetrics {
+    finished: Family<BackupLabels, Counter>,
+    last_success: Family<ObjectNameLabels, Gauge>,
+}
+
+impl BackupMetrics {
+    /// `app_operator_<prefix>_backups_total` and
+    /// `app_operator_<prefix>_last_successful_backup_timestamp_seconds`.
+    fn register(registry: &mut Registry, prefix: &str, kind: &str) -> BackupMetrics {
+        let metrics = BackupMetrics {
+            finished: Family::default(),
+            last_success: Family::default(),
+        };
+        registry.register(
+            format!("app_operator_{prefix}_backups"),
+            format!("{kind} backups that finished, by result (succeeded, failed)"),
+            metrics.finished.clone(),
+        );
+        registry.register(
+            format!("app_operator_{prefix}_last_successful_backup_timestamp_seconds"),
+            format!("When each {kind}'s latest successful backup finished (Unix seconds)"),
+            metrics.last_success.clone(),
+        );
+        metrics
+    }
+
+    /// Counts one finished backup.
+    pub fn finished(&self, namespace: &str, name: &str, result: &'static str) {
+        self.finished
+            .get_or_create(&BackupLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                result,
+            })
+            .inc();
+    }
+
+    /// Records when the latest successful backup finished.
+    pub fn set_last_success(&self, namespace: &str, name: &str, unix_seconds: i64) {
+        self.last_success
+            .get_or_create(&ObjectNameLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            })
+            .set(unix_seconds);
+    }
+
+    /// Drops the series of an object that is gone.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        for result in ["succeeded", "failed"] {
+            self.finished.remove(&BackupLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                result,
+            });
+        }
+        self.last_success.remove(&ObjectNameLabels {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        });
     }
 }
 
@@ -402,41 +464,23 @@ impl Metrics {
         });
     }
 
-    /// Counts one finished backup of a SampleDB.
-    pub fn sampledb_backup(&self, namespace: &str, name: &str, result: &'static str) {
-        self.sampledb_backups
-            .get_or_create(&BackupLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                result,
-            })
-            .inc();
-    }
-
-    /// Records when a SampleDB's latest successful backup finished.
-    pub fn set_sampledb_last_backup(&self, namespace: &str, name: &str, unix_seconds: i64) {
-        self.sampledb_last_successful_backup
+    /// Records the size of an EtcdBackup's latest snapshot.
+    pub fn set_etcd_snapshot_size(&self, namespace: &str, name: &str, bytes: i64) {
+        self.etcd_snapshot_size
             .get_or_create(&ObjectNameLabels {
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
             })
-            .set(unix_seconds);
+            .set(bytes);
     }
 
-    /// Drops the series of a SampleDB that is gone.
-    pub fn forget_sampledb(&self, namespace: &str, name: &str) {
-        for result in ["succeeded", "failed"] {
-            self.sampledb_backups.remove(&BackupLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                result,
-            });
-        }
-        self.sampledb_last_successful_backup
-            .remove(&ObjectNameLabels {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            });
+    /// Drops the series of an EtcdBackup that is gone.
+    pub fn forget_etcd_backup(&self, namespace: &str, name: &str) {
+        self.etcd_backups.forget(namespace, name);
+        self.etcd_snapshot_size.remove(&ObjectNameLabels {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        });
     }
 
     /// Counts a deletion cleanup that was skipped.

@@ -10,6 +10,8 @@
 )]
 #![allow(dead_code)]
 
+pub mod etcd;
+
 use std::sync::Arc;
 use std::time::Duration;
 

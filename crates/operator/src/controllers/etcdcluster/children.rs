@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use app_operator_api::EtcdCluster;
-use app_operator_api::etcdcluster::PodPolicy;
+use app_operator_api::etcdcluster::{PodPolicy, RestoreStatus};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaim,
     PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, Service, ServicePort, ServiceSpec,
@@ -25,6 +25,10 @@ pub const VERSION_ANNOTATION: &str = "etcd.version";
 const DATA_VOLUME: &str = "etcd-data";
 const DATA_MOUNT: &str = "/var/etcd";
 pub const DATA_DIR: &str = "/var/etcd/data";
+/// On a restored cluster's first member: the snapshot it starts from, as [`RestoreStatus`] JSON.
+pub const RESTORED_FROM_ANNOTATION: &str = "etcd.database.coreos.com/restored-from";
+const SNAPSHOT_VOLUME: &str = "snapshot";
+const SNAPSHOT_MOUNT: &str = "/var/etcd-restore";
 
 /// `app=etcd,etcd_cluster=<name>`: the coreos operator's labels, which users select by.
 pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
@@ -69,6 +73,8 @@ pub struct MemberPod<'a> {
     pub initial_cluster: &'a str,
     pub state: ClusterState,
     pub addressing: Addressing,
+    /// The snapshot the first member of a restored cluster starts from.
+    pub restore: Option<&'a RestoreStatus>,
 }
 
 /// A member's Pod: its name is its hostname (`hostname` + `subdomain` give it a stable DNS name
@@ -86,21 +92,27 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
         ClusterState::New => "new",
         ClusterState::Existing => "existing",
     };
-    let command = [
-        "/usr/local/bin/etcd".to_owned(),
+    // The membership flags etcd (and `etcdutl snapshot restore`, for a restored member) reads.
+    let membership = [
         format!("--name={}", member.name),
         format!("--data-dir={DATA_DIR}"),
-        format!("--listen-peer-urls=http://{listen}:{PEER_PORT}"),
-        format!("--listen-client-urls=http://{listen}:{CLIENT_PORT}"),
-        format!("--advertise-client-urls={}", at(Addressing::client_url)),
         format!("--initial-advertise-peer-urls={}", at(Addressing::peer_url)),
         format!("--initial-cluster={}", member.initial_cluster),
-        format!("--initial-cluster-state={state}"),
         format!(
             "--initial-cluster-token={}",
             cluster.uid().unwrap_or_default()
         ),
     ];
+    let command: Vec<String> = std::iter::once("/usr/local/bin/etcd".to_owned())
+        .chain(membership.iter().cloned())
+        .chain([
+            format!("--listen-peer-urls=http://{listen}:{PEER_PORT}"),
+            format!("--listen-client-urls=http://{listen}:{CLIENT_PORT}"),
+            format!("--advertise-client-urls={}", at(Addressing::client_url)),
+            format!("--initial-cluster-state={state}"),
+        ])
+        .collect();
+    let image = image(&cluster.spec.repository, member.version);
     let mut pod_labels = policy.labels.clone();
     pod_labels.extend(labels(&name));
     let mut annotations = policy.annotations.clone();
@@ -120,6 +132,53 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
             ..Volume::default()
         },
     };
+    let data_mount = VolumeMount {
+        name: DATA_VOLUME.into(),
+        mount_path: DATA_MOUNT.into(),
+        ..VolumeMount::default()
+    };
+    let mut volumes = vec![data];
+    let mut init_containers = Vec::new();
+    if let Some(restore) = member.restore {
+        annotations.insert(
+            RESTORED_FROM_ANNOTATION.to_owned(),
+            serde_json::to_string(restore).unwrap_or_default(),
+        );
+        volumes.push(Volume {
+            name: SNAPSHOT_VOLUME.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: restore.claim_name.clone(),
+                read_only: Some(true),
+            }),
+            ..Volume::default()
+        });
+        // A new data dir from the snapshot, with this cluster's membership (`etcdutl` gives it
+        // a new cluster ID, so no member of the old cluster is in it).
+        let restore_command = [
+            "/usr/local/bin/etcdutl".to_owned(),
+            "snapshot".to_owned(),
+            "restore".to_owned(),
+            format!("{SNAPSHOT_MOUNT}/{}", restore.snapshot),
+        ]
+        .into_iter()
+        .chain(membership.iter().cloned())
+        .collect();
+        init_containers.push(Container {
+            name: "restore".into(),
+            image: Some(image.clone()),
+            command: Some(restore_command),
+            volume_mounts: Some(vec![
+                data_mount.clone(),
+                VolumeMount {
+                    name: SNAPSHOT_VOLUME.into(),
+                    mount_path: SNAPSHOT_MOUNT.into(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                },
+            ]),
+            ..Container::default()
+        });
+    }
     Pod {
         metadata: ObjectMeta {
             labels: Some(pod_labels),
@@ -133,10 +192,11 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
             node_selector: non_empty(policy.node_selector.clone()),
             tolerations: non_empty_vec(policy.tolerations.clone()),
             affinity: policy.affinity.clone(),
+            init_containers: non_empty_vec(init_containers),
             containers: vec![Container {
                 name: "etcd".into(),
-                image: Some(image(&cluster.spec.repository, member.version)),
-                command: Some(command.to_vec()),
+                image: Some(image),
+                command: Some(command),
                 env: non_empty_vec(policy.etcd_env.clone()),
                 resources: policy.resources.clone(),
                 ports: Some(vec![
@@ -152,14 +212,10 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
                     period_seconds: Some(5),
                     ..Probe::default()
                 }),
-                volume_mounts: Some(vec![VolumeMount {
-                    name: DATA_VOLUME.into(),
-                    mount_path: DATA_MOUNT.into(),
-                    ..VolumeMount::default()
-                }]),
+                volume_mounts: Some(vec![data_mount]),
                 ..Container::default()
             }],
-            volumes: Some(vec![data]),
+            volumes: Some(volumes),
             ..PodSpec::default()
         }),
         status: None,
@@ -296,6 +352,7 @@ mod tests {
             initial_cluster: "db-1=http://a:2380,db-abcde12345=http://b:2380",
             state: ClusterState::Existing,
             addressing: Addressing::ClusterDns,
+            restore: None,
         };
         let pod = member_pod(&cluster, &owner, &member);
         let spec = pod.spec.unwrap();

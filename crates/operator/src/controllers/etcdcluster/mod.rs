@@ -10,14 +10,14 @@ pub mod plan;
 mod status;
 pub mod version;
 
-pub use children::{DATA_DIR, VERSION_ANNOTATION, selector};
+pub use children::{DATA_DIR, RESTORED_FROM_ANNOTATION, VERSION_ANNOTATION, image, selector};
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use app_operator_api::EtcdCluster;
-use app_operator_api::etcdcluster::EtcdClusterPhase;
+use app_operator_api::etcdcluster::{EtcdClusterPhase, RestoreSource, RestoreStatus};
+use app_operator_api::{EtcdBackup, EtcdCluster};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -140,6 +140,7 @@ impl Reconciler for EtcdClusterReconciler {
             size: usize::try_from(cluster.spec.size).unwrap_or(0),
             version,
             paused: cluster.spec.paused,
+            restoring: cluster.spec.restore.is_some(),
         };
         let entropy = std::collections::hash_map::RandomState::new()
             .build_hasher()
@@ -152,7 +153,7 @@ impl Reconciler for EtcdClusterReconciler {
         }
 
         let now = Time(Timestamp::now());
-        let status = status::status(
+        let mut status = status::status(
             cluster,
             &desired,
             &observed,
@@ -160,6 +161,11 @@ impl Reconciler for EtcdClusterReconciler {
             outcome.as_ref().err(),
             &now,
         );
+        if status.restore.is_none() {
+            status.restore = controlled(&self.pods, &namespace, &uid)
+                .iter()
+                .find_map(|pod| restored_from(pod));
+        }
         let unhealthy = observed
             .etcd
             .as_ref()
@@ -183,6 +189,11 @@ impl Reconciler for EtcdClusterReconciler {
             self.metrics.forget_etcd_cluster(namespace, name);
         }
     }
+}
+
+/// The snapshot a restored cluster's first member Pod started from.
+fn restored_from(pod: &Pod) -> Option<RestoreStatus> {
+    serde_json::from_str(pod.annotations().get(RESTORED_FROM_ANNOTATION)?).ok()
 }
 
 /// A member Pod as the plan sees it.
@@ -306,15 +317,29 @@ impl EtcdClusterReconciler {
         let (reason, note) = match step {
             Step::Bootstrap { pod } => {
                 let peer = self.peer_url(context, pod);
+                let restore = match &context.cluster.spec.restore {
+                    Some(source) => Some(restore_source(context, source).await?),
+                    None => None,
+                };
                 self.create_member_pod(
                     context,
                     pod,
                     &desired.version,
                     &format!("{pod}={peer}"),
                     ClusterState::New,
+                    restore.as_ref(),
                 )
                 .await?;
-                ("MemberCreated", format!("created the first member {pod}"))
+                match restore {
+                    Some(restore) => (
+                        "RestoringFromBackup",
+                        format!(
+                            "created the first member {pod}, starting from snapshot {} of EtcdBackup {} (revision {})",
+                            restore.snapshot, restore.backup_name, restore.etcd_revision
+                        ),
+                    ),
+                    None => ("MemberCreated", format!("created the first member {pod}")),
+                }
             }
             Step::DeletePod { pod } => {
                 self.delete_member_pod(context, pod).await?;
@@ -463,6 +488,7 @@ impl EtcdClusterReconciler {
         version: &Version,
         initial_cluster: &str,
         state: ClusterState,
+        restore: Option<&RestoreStatus>,
     ) -> Result<(), Error> {
         let client = &context.shared.client;
         if let Some(claim) = children::member_claim(context.cluster, &context.owner, pod) {
@@ -478,6 +504,7 @@ impl EtcdClusterReconciler {
             initial_cluster,
             state,
             addressing: self.etcd.addressing,
+            restore,
         };
         let member = children::member_pod(context.cluster, &context.owner, &spec);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
@@ -493,8 +520,15 @@ impl EtcdClusterReconciler {
         members: &[etcd_api::Member],
     ) -> Result<(), Error> {
         let initial = self.initial_cluster(context, members, pod);
-        self.create_member_pod(context, pod, version, &initial, ClusterState::Existing)
-            .await
+        self.create_member_pod(
+            context,
+            pod,
+            version,
+            &initial,
+            ClusterState::Existing,
+            None,
+        )
+        .await
     }
 
     /// Deletes a member's Pod and its data claim.
@@ -538,6 +572,61 @@ impl EtcdClusterReconciler {
             name: pod.to_owned(),
             source,
         })
+    }
+}
+
+/// The snapshot `source` names, from its EtcdBackup's status: waits while the backup is missing
+/// or has no such snapshot yet.
+async fn restore_source(
+    context: &Context<'_>,
+    source: &RestoreSource,
+) -> Result<RestoreStatus, Error> {
+    let backups: Api<EtcdBackup> =
+        Api::namespaced(context.shared.client.clone(), &context.namespace);
+    let name = &source.backup_name;
+    let backup = backups.get_opt(name).await.map_err(|source| Error::Get {
+        kind: "EtcdBackup".into(),
+        name: name.clone(),
+        source,
+    })?;
+    let Some(backup) = backup else {
+        return Err(Error::Waiting {
+            reason: "RestoreSourceNotFound",
+            message: format!(
+                "spec.restore.backupName: EtcdBackup {name} does not exist in namespace {}; the cluster starts once it has a snapshot",
+                context.namespace
+            ),
+        });
+    };
+    let status = backup.status.unwrap_or_default();
+    let kept: Vec<&str> = status.snapshots.iter().map(|s| s.file.as_str()).collect();
+    let snapshot = match &source.snapshot {
+        Some(file) => status.snapshots.iter().find(|s| &s.file == file),
+        None => status.snapshots.first(),
+    };
+    match (snapshot, status.claim_name) {
+        (Some(snapshot), Some(claim_name)) => Ok(RestoreStatus {
+            backup_name: name.clone(),
+            claim_name,
+            snapshot: snapshot.file.clone(),
+            etcd_revision: snapshot.etcd_revision,
+        }),
+        _ => Err(Error::Waiting {
+            reason: "RestoreSourceNotReady",
+            message: match &source.snapshot {
+                Some(file) => format!(
+                    "spec.restore.snapshot: EtcdBackup {name} keeps no snapshot {file} (it keeps: {})",
+                    if kept.is_empty() {
+                        "none yet".to_owned()
+                    } else {
+                        kept.join(", ")
+                    }
+                ),
+                None => format!(
+                    "EtcdBackup {name} has no snapshot yet; the cluster starts once it has one"
+                ),
+            },
+        }),
     }
 }
 

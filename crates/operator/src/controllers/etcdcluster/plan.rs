@@ -97,6 +97,9 @@ pub struct Desired {
     pub size: usize,
     pub version: Version,
     pub paused: bool,
+    /// The first member starts from a snapshot: if it dies before serving, starting over would
+    /// repeat the same failure, so the plan stops instead.
+    pub restoring: bool,
 }
 
 /// Why no action is taken (also what `Progressing`/`Degraded` report).
@@ -108,6 +111,8 @@ pub enum Blocked {
     AllMembersLost,
     /// The version skips a minor release (or changes the major one).
     UnsupportedUpgrade,
+    /// The first member died restoring the snapshot, before the cluster ever served.
+    RestoreFailed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -299,16 +304,19 @@ pub fn plan(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
 /// No member answered: bootstrap a new cluster, wait for its first member, or report the loss.
 fn without_membership(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
     let live: Vec<&MemberPod> = observed.pods.iter().filter(|p| p.live()).collect();
+    let restore_failed = desired.restoring && observed.pods.iter().any(|p| p.dead);
     let blocked = if observed.ever_served {
         Some(if live.is_empty() {
             Blocked::AllMembersLost
         } else {
             Blocked::QuorumLost
         })
+    } else if restore_failed {
+        Some(Blocked::RestoreFailed)
     } else {
         None
     };
-    let step = if desired.paused || observed.ever_served {
+    let step = if desired.paused || observed.ever_served || restore_failed {
         None
     } else if let Some(dead) = observed.pods.iter().find(|p| p.dead && !p.terminating) {
         // The first member died before it ever served: start over.
@@ -361,6 +369,7 @@ mod tests {
             size,
             version: v("3.6.16"),
             paused: false,
+            restoring: false,
         }
     }
 
@@ -559,6 +568,32 @@ mod tests {
             Some(Step::RemoveMember { id, .. }) => assert_ne!(id, 1),
             other => panic!("expected a member removal, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_first_member_that_died_restoring_is_not_started_over() {
+        let dead = MemberPod {
+            dead: true,
+            ..pod("a")
+        };
+        let fresh = Observed {
+            pods: vec![dead],
+            etcd: None,
+            ever_served: false,
+        };
+        assert_eq!(
+            step(&desired(3), &fresh),
+            Some(Step::DeletePod { pod: "a".into() })
+        );
+        let restoring = Desired {
+            restoring: true,
+            ..desired(3)
+        };
+        let plan = plan(&restoring, &fresh, "new");
+        assert_eq!(
+            (plan.step, plan.blocked),
+            (None, Some(Blocked::RestoreFailed))
+        );
     }
 
     #[test]

@@ -150,6 +150,22 @@ pub fn status(
                 "{summary}: no membership change is safe until a quorum answers again"
             ),
         },
+        (None, Some(Blocked::RestoreFailed)) => conditions::Desired {
+            type_: DEGRADED,
+            status: true,
+            reason: "RestoreFailed",
+            message: format!(
+                "the first member failed before the cluster served, restoring {}: see its Pod's message. A restore is not retried with the same snapshot; delete the EtcdCluster and create it again (with another snapshot, or after fixing the claim)",
+                cluster
+                    .spec
+                    .restore
+                    .as_ref()
+                    .map_or_else(String::new, |r| format!(
+                        "from EtcdBackup {}",
+                        r.backup_name
+                    ))
+            ),
+        },
         (None, Some(Blocked::UnsupportedUpgrade)) => conditions::Desired {
             type_: DEGRADED,
             status: true,
@@ -188,6 +204,7 @@ pub fn status(
         .collect(),
         observed_generation: cluster.metadata.generation,
         selector: Some(selector(&cluster.metadata.name.clone().unwrap_or_default())),
+        restore: previous.restore.clone(),
     }
 }
 
@@ -243,6 +260,7 @@ mod tests {
             size: 3,
             version: Version::parse("3.6.16").unwrap(),
             paused: false,
+            restoring: false,
         }
     }
 

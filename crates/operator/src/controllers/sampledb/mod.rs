@@ -7,7 +7,6 @@
 //! the database stopped. On deletion: stop → final snapshot Job → delete the data.
 
 mod children;
-pub mod schedule;
 pub mod scripts;
 mod status;
 
@@ -31,12 +30,13 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use self::children::{INSTANCE_LABEL, JobKind, ROLE_LABEL};
-use self::schedule::Schedule;
 use self::status::{Findings, Problem};
-use crate::reconcile::apply::{controlled, controller_reference, is_controlled_by};
+use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::children::{OnImmutable, Owned, delete_child};
 use crate::reconcile::finalizer::{Cleanup, finalize};
+use crate::reconcile::jobs::{Finished, JobState, ensure_job, job_state};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
+use crate::reconcile::schedule::Schedule;
 use crate::reconcile::{Error, FIELD_MANAGER};
 use crate::telemetry::metrics::Metrics;
 
@@ -80,45 +80,6 @@ struct Context<'a> {
     shared: &'a Shared,
 }
 
-/// Where a Job stands.
-#[derive(Debug, Clone, PartialEq)]
-enum JobState {
-    Running,
-    Succeeded(Option<Time>),
-    /// When and why (the Job's `Failed` condition: `DeadlineExceeded`, `BackoffLimitExceeded`).
-    Failed {
-        at: Option<Time>,
-        reason: String,
-        message: String,
-    },
-}
-
-fn job_state(job: &Job) -> JobState {
-    let conditions = job
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten();
-    for condition in conditions.filter(|c| c.status == "True") {
-        match condition.type_.as_str() {
-            "Complete" => {
-                let at = job.status.as_ref().and_then(|s| s.completion_time.clone());
-                return JobState::Succeeded(at.or_else(|| condition.last_transition_time.clone()));
-            }
-            "Failed" => {
-                return JobState::Failed {
-                    at: condition.last_transition_time.clone(),
-                    reason: condition.reason.clone().unwrap_or_default(),
-                    message: condition.message.clone().unwrap_or_default(),
-                };
-            }
-            _ => {}
-        }
-    }
-    JobState::Running
-}
-
 /// `a` is a newer PostgreSQL version than `b` (numeric, component by component).
 fn is_newer(a: &str, b: &str) -> bool {
     let parse = |v: &str| -> Vec<u64> { v.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
@@ -154,7 +115,7 @@ impl Reconciler for SampleDBReconciler {
 
     fn forget(&self, key: &str) {
         if let Some((namespace, name)) = key.split_once('/') {
-            self.metrics.forget_sampledb(namespace, name);
+            self.metrics.sampledb_backups.forget(namespace, name);
         }
     }
 }
@@ -183,7 +144,7 @@ impl SampleDBReconciler {
         );
         self.announce(context, &previous, &status, &findings).await;
         if let Some(last) = &status.backup.last_successful_time {
-            self.metrics.set_sampledb_last_backup(
+            self.metrics.sampledb_backups.set_last_success(
                 &context.namespace,
                 &context.name,
                 last.0.as_second(),
@@ -525,46 +486,33 @@ impl SampleDBReconciler {
         status: &mut SampleDBStatus,
         backups: &[(Arc<Job>, JobState)],
     ) -> Result<(), Error> {
-        let mut succeeded = Vec::new();
-        let mut failed = Vec::new();
-        for (job, state) in backups {
-            match state {
-                JobState::Succeeded(at) => succeeded.push((at.clone(), job)),
-                JobState::Failed { at, .. } => failed.push((at.clone(), job)),
-                JobState::Running => {}
-            }
-        }
-        // Newest first.
-        succeeded.sort_by(|a, b| b.0.as_ref().map(|t| t.0).cmp(&a.0.as_ref().map(|t| t.0)));
-        failed.sort_by(|a, b| b.0.as_ref().map(|t| t.0).cmp(&a.0.as_ref().map(|t| t.0)));
+        let finished = Finished::of(backups);
         let backup = &mut status.backup;
-        for (at, job) in succeeded.iter().rev() {
-            if at.as_ref().map(|t| t.0) > backup.last_successful_time.as_ref().map(|t| t.0) {
-                backup.last_successful_time = at.clone();
-                backup.last_successful_job = Some(job.name_any());
-                self.metrics
-                    .sampledb_backup(&context.namespace, &context.name, "succeeded");
-            }
+        for (at, job) in Finished::newer(&finished.succeeded, backup.last_successful_time.as_ref())
+        {
+            backup.last_successful_time = at.clone();
+            backup.last_successful_job = Some(job.name_any());
+            self.metrics
+                .sampledb_backups
+                .finished(&context.namespace, &context.name, "succeeded");
         }
-        for (at, job) in failed.iter().rev() {
-            if at.as_ref().map(|t| t.0) > backup.last_failed_time.as_ref().map(|t| t.0) {
-                backup.last_failed_time = at.clone();
-                backup.last_failed_job = Some(job.name_any());
-                self.metrics
-                    .sampledb_backup(&context.namespace, &context.name, "failed");
-            }
+        for (at, job) in Finished::newer(&finished.failed, backup.last_failed_time.as_ref()) {
+            backup.last_failed_time = at.clone();
+            backup.last_failed_job = Some(job.name_any());
+            self.metrics
+                .sampledb_backups
+                .finished(&context.namespace, &context.name, "failed");
         }
         let policy = &context.db.spec.backup;
         let keep = |limit: i32| usize::try_from(limit).unwrap_or(0);
         let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
-        let old = succeeded
-            .iter()
-            .skip(keep(policy.successful_jobs_history_limit))
-            .chain(failed.iter().skip(keep(policy.failed_jobs_history_limit)));
-        for (_, job) in old {
-            delete_child(&api, &job.name_any(), job.uid().as_deref()).await?;
-        }
-        Ok(())
+        finished
+            .trim(
+                &api,
+                keep(policy.successful_jobs_history_limit),
+                keep(policy.failed_jobs_history_limit),
+            )
+            .await
     }
 
     /// Starts the backup of the latest due tick, unless one is running (never two at once) or
@@ -623,76 +571,13 @@ impl SampleDBReconciler {
         Ok(next)
     }
 
-    /// The Job `desired` names: the cached one, or created. A Job of that name with our instance
-    /// label but no controller (made by hand, or left by a crash) is adopted; any other is a
-    /// conflict. Jobs are never updated: their template is immutable.
+    /// The Job `desired` names, cached or created (see [`ensure_job`]).
     async fn ensure_job(&self, context: &Context<'_>, desired: Job) -> Result<Job, Error> {
-        let name = desired.name_any();
         let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
-        let existing = match cached(&self.jobs, &name, &context.namespace) {
-            Some(job) => Some(job.as_ref().clone()),
-            None => match api.create(&PostParams::default(), &desired).await {
-                Ok(created) => {
-                    tracing::info!(job = %name, "created Job");
-                    return Ok(created);
-                }
-                Err(kube::Error::Api(status)) if status.code == 409 => api
-                    .get(&name)
-                    .await
-                    .map(Some)
-                    .map_err(|source| Error::Get {
-                        kind: "Job".into(),
-                        name: name.clone(),
-                        source,
-                    })?,
-                Err(source) => {
-                    return Err(Error::Create {
-                        kind: "Job".into(),
-                        name,
-                        source,
-                    });
-                }
-            },
-        };
-        let Some(job) = existing else {
-            return Err(Error::Conflict {
-                kind: "Job".into(),
-                name,
-            });
-        };
-        let wants_owner = desired
-            .owner_references()
-            .iter()
-            .any(|r| r.controller == Some(true));
-        let has_controller = job
-            .owner_references()
-            .iter()
-            .any(|r| r.controller == Some(true));
-        if !self.is_ours(&job, &context.name)
-            || (has_controller && wants_owner && !is_controlled_by(&job, &context.uid))
-        {
-            return Err(Error::Conflict {
-                kind: "Job".into(),
-                name,
-            });
-        }
-        if wants_owner && !has_controller {
-            let patch = json!({ "metadata": {
-                "ownerReferences": [context.owner],
-                "resourceVersion": job.resource_version(),
-            }});
-            let adopted = api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|source| Error::Apply {
-                    kind: "Job".into(),
-                    name: name.clone(),
-                    source,
-                })?;
-            tracing::info!(job = %name, "adopted a Job of ours that had no owner");
-            return Ok(adopted);
-        }
-        Ok(job)
+        ensure_job(&self.jobs, &api, desired, |job| {
+            self.is_ours(job, &context.name)
+        })
+        .await
     }
 
     async fn delete_job(&self, context: &Context<'_>, name: &str) -> Result<(), Error> {

@@ -1,0 +1,242 @@
+//! What an EtcdBackup is made of: the claim snapshots go to (unless the user names one) and one
+//! Job per backup. The etcd image has no shell, so each step is one of its own binaries in a
+//! container of its own: `etcdctl snapshot save` (which writes `<file>.part` and renames it only
+//! once the snapshot is complete), then `etcdutl snapshot status` to read the file back.
+
+use std::collections::BTreeMap;
+
+use app_operator_api::EtcdBackup;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Container, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
+    PodSpec, PodTemplateSpec, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
+
+/// Every child carries it: the EtcdBackup it belongs to. The claim has no owner reference (the
+/// snapshots outlive the EtcdBackup), so this label is what marks it as ours.
+pub const INSTANCE_LABEL: &str = "etcd.database.coreos.com/backup";
+
+/// On each Job: what the operator knew when it started it, recorded in the status when it
+/// succeeds (the Job's containers cannot report back: the image has no shell).
+pub const FILE_ANNOTATION: &str = "etcd.database.coreos.com/snapshot-file";
+pub const TICK_ANNOTATION: &str = "etcd.database.coreos.com/scheduled-at";
+pub const SKIPPED_ANNOTATION: &str = "etcd.database.coreos.com/skipped-ticks";
+pub const REVISION_ANNOTATION: &str = "etcd.database.coreos.com/revision";
+pub const VERSION_ANNOTATION: &str = "etcd.database.coreos.com/etcd-version";
+pub const SIZE_ANNOTATION: &str = "etcd.database.coreos.com/db-size";
+
+const SNAPSHOTS_VOLUME: &str = "snapshots";
+const SNAPSHOTS_MOUNT: &str = "/backups";
+
+fn labels(backup: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+        (INSTANCE_LABEL.to_owned(), backup.to_owned()),
+    ])
+}
+
+/// `<name>-snapshots`, when the spec names no claim.
+pub fn claim_name(backup: &EtcdBackup) -> String {
+    backup
+        .spec
+        .pv
+        .claim_name
+        .clone()
+        .unwrap_or_else(|| format!("{}-snapshots", backup.name_any()))
+}
+
+/// The claim the operator creates when the spec names none.
+pub fn snapshots_claim(backup: &EtcdBackup) -> PersistentVolumeClaim {
+    let pv = &backup.spec.pv;
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(claim_name(backup)),
+            namespace: backup.namespace(),
+            labels: Some(labels(&backup.name_any())),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: pv.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    Quantity(pv.volume_size.clone()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// `<name>-20261123-103000`: one name per tick, so a Job made twice for a tick is the same.
+pub fn job_name(backup: &str, tick: Timestamp) -> String {
+    format!("{backup}-{}", tick.strftime("%Y%m%d-%H%M%S"))
+}
+
+/// `<name>-<slot>.db`: a new snapshot replaces the oldest slot once all are in use, so the
+/// claim never holds more than `maxBackups` (no shell in the image to delete files with).
+pub fn snapshot_file(backup: &str, slot: usize) -> String {
+    format!("{backup}-{slot}.db")
+}
+
+/// What one backup Job takes, from where.
+pub struct BackupJob<'a> {
+    pub tick: Timestamp,
+    /// Ticks passed over before this one (the operator was down, or a backup was running).
+    pub skipped: u64,
+    pub file: &'a str,
+    /// The client URL of the healthy member the snapshot is taken from.
+    pub endpoint: &'a str,
+    /// The etcd image of that member's version (its `etcdctl` speaks its protocol).
+    pub image: String,
+    pub revision: u64,
+    pub etcd_version: &'a str,
+    pub db_size: u64,
+    pub timeout_seconds: i64,
+}
+
+pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &BackupJob<'_>) -> Job {
+    let name = backup.name_any();
+    let path = format!("{SNAPSHOTS_MOUNT}/{}", spec.file);
+    let step = |container: &str, command: Vec<String>| Container {
+        name: container.into(),
+        image: Some(spec.image.clone()),
+        command: Some(command),
+        volume_mounts: Some(vec![VolumeMount {
+            name: SNAPSHOTS_VOLUME.into(),
+            mount_path: SNAPSHOTS_MOUNT.into(),
+            ..VolumeMount::default()
+        }]),
+        ..Container::default()
+    };
+    let save = step(
+        "snapshot",
+        vec![
+            "/usr/local/bin/etcdctl".into(),
+            format!("--endpoints={}", spec.endpoint),
+            "--dial-timeout=10s".into(),
+            "snapshot".into(),
+            "save".into(),
+            path.clone(),
+        ],
+    );
+    let verify = step(
+        "verify",
+        vec![
+            "/usr/local/bin/etcdutl".into(),
+            "snapshot".into(),
+            "status".into(),
+            path,
+            "--write-out=table".into(),
+        ],
+    );
+    let annotations = BTreeMap::from([
+        (FILE_ANNOTATION.to_owned(), spec.file.to_owned()),
+        (TICK_ANNOTATION.to_owned(), spec.tick.to_string()),
+        (SKIPPED_ANNOTATION.to_owned(), spec.skipped.to_string()),
+        (REVISION_ANNOTATION.to_owned(), spec.revision.to_string()),
+        (VERSION_ANNOTATION.to_owned(), spec.etcd_version.to_owned()),
+        (SIZE_ANNOTATION.to_owned(), spec.db_size.to_string()),
+    ]);
+    Job {
+        metadata: ObjectMeta {
+            name: Some(job_name(&name, spec.tick)),
+            namespace: backup.namespace(),
+            labels: Some(labels(&name)),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            // A failed snapshot is reported, and the next tick takes a new one.
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(spec.timeout_seconds),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(&name)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    init_containers: Some(vec![save]),
+                    containers: vec![verify],
+                    volumes: Some(vec![Volume {
+                        name: SNAPSHOTS_VOLUME.into(),
+                        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                            claim_name: claim_name(backup),
+                            read_only: None,
+                        }),
+                        ..Volume::default()
+                    }]),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backup(spec: serde_json::Value) -> EtcdBackup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2",
+            "kind": "EtcdBackup",
+            "metadata": { "name": "nightly", "namespace": "ns", "uid": "u1" },
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_job_saves_then_reads_the_snapshot_in_the_claim_within_its_deadline() {
+        let backup = backup(serde_json::json!({ "etcdCluster": { "name": "etcd" } }));
+        let owner = OwnerReference::default();
+        let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
+        let job = backup_job(
+            &backup,
+            &owner,
+            &BackupJob {
+                tick,
+                skipped: 0,
+                file: "nightly-0.db",
+                endpoint: "http://10.0.0.1:2379",
+                image: "etcd:v3.6.16".into(),
+                revision: 42,
+                etcd_version: "3.6.16",
+                db_size: 20480,
+                timeout_seconds: 60,
+            },
+        );
+        assert_eq!(job.name_any(), "nightly-20261123-103000");
+        assert_eq!(job.annotations()[REVISION_ANNOTATION], "42");
+        let spec = job.spec.unwrap();
+        assert_eq!(spec.active_deadline_seconds, Some(60));
+        let pod = spec.template.spec.unwrap();
+        let save = &pod.init_containers.unwrap()[0];
+        assert_eq!(
+            save.command.as_ref().unwrap()[3..],
+            ["snapshot", "save", "/backups/nightly-0.db"]
+        );
+        assert_eq!(
+            pod.volumes.unwrap()[0]
+                .persistent_volume_claim
+                .as_ref()
+                .unwrap()
+                .claim_name,
+            "nightly-snapshots"
+        );
+    }
+}
