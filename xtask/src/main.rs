@@ -377,7 +377,8 @@ async fn run_operator() -> Result<ExitCode> {
         bail!("building app-operator failed");
     }
     // kwok's Pods run nothing: the member runner runs etcd for every EtcdCluster member Pod, each
-    // on its own loopback address, which the operator reaches with loopback addressing.
+    // on its own loopback address, which the operator reaches with loopback addressing, and the
+    // etcdctl/etcdutl of backup Jobs and restoring members.
     let members_dir = layout.state_dir.join("etcd-members");
     let _members = testkit::member_runner::MemberRunner::start(
         local_cluster::admin_client(&kubeconfig).await?,
@@ -418,7 +419,7 @@ async fn run_operator() -> Result<ExitCode> {
     kubectl(&tools, &kubeconfig)
         .args([
             "get",
-            "myapps,appclusters,samples,etcdclusters,sampledbs,deployments,statefulsets,services,horizontalpodautoscalers,persistentvolumeclaims,jobs,pods",
+            "myapps,appclusters,samples,etcdclusters,etcdbackups,sampledbs,deployments,statefulsets,services,horizontalpodautoscalers,persistentvolumeclaims,jobs,pods",
             "-o",
             "wide",
         ])
@@ -429,7 +430,7 @@ async fn run_operator() -> Result<ExitCode> {
         kubeconfig.display(),
         tools.dir.join("bin").display()
     );
-    println!("  kubectl get myapps,appclusters,samples,etcdclusters,sampledbs,pods");
+    println!("  kubectl get myapps,appclusters,samples,etcdclusters,etcdbackups,sampledbs,pods");
     println!("  kubectl get pods -l app=etcd   # seed 004: then set size: 2 in the EtcdCluster");
     // The member runner lives on this runtime: wait for the operator off it. On SIGINT or SIGTERM
     // the operator is stopped and the runner dropped, which stops the etcd members it started.
