@@ -445,9 +445,12 @@ impl EtcdBackupReconciler {
             message,
         };
         if endpoints.is_empty() {
-            return Err(no_quorum(format!(
-                "EtcdCluster {name} has no members yet; the backup starts once it serves"
-            )));
+            return Err(Error::Waiting {
+                reason: "ClusterNotReady",
+                message: format!(
+                    "EtcdCluster {name} has no members yet; the backup starts once it serves"
+                ),
+            });
         }
         let listed = self.etcd.members(&endpoints).await.map_err(|error| {
             no_quorum(format!(
