@@ -451,3 +451,73 @@ async fn bad_input_is_refused_at_apply_or_degraded_with_a_clear_reason() {
     let events = events(&s.ns).await;
     assert!(events.contains("Warning RestoreSourceNotFound"), "{events}");
 }
+
+/// A restore whose snapshot is not in the claim: the first member's `etcdutl snapshot restore`
+/// fails, the cluster says so, and the operator does not start over in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_from_a_missing_snapshot_fails_once_and_says_so() {
+    let s = setup("etcd-restore-fails").await;
+    let claim: PersistentVolumeClaim = object(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": { "name": "empty" },
+        "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "1Mi" } } },
+    }));
+    s.ns.api::<PersistentVolumeClaim>()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    create_backup(
+        &s.ns,
+        "elsewhere",
+        serde_json::json!({ "etcdCluster": { "name": "no-such-cluster" }, "pv": { "claimName": "empty" } }),
+    )
+    .await;
+    // A status that lists a snapshot the claim does not hold (as after someone cleaned it).
+    let status = serde_json::json!({ "status": {
+        "claimName": "empty",
+        "snapshots": [{
+            "file": "elsewhere-0.db", "time": "2026-11-24T00:00:00Z", "etcdRevision": 5,
+            "etcdVersion": "3.6.16", "sizeBytes": 20480, "job": "elsewhere-20261124-000000",
+        }],
+    }});
+    s.ns.api::<EtcdBackup>()
+        .patch_status(
+            "elsewhere",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+    create_cluster(
+        &s.ns,
+        "broken",
+        serde_json::json!({ "size": 3, "restore": { "backupName": "elsewhere" } }),
+    )
+    .await;
+    eventually(SLOW, "the cluster reported the failed restore", || async {
+        let cluster = s.ns.api::<EtcdCluster>().get("broken").await.ok()?;
+        let status = cluster.status?;
+        (condition(&status.conditions, "Degraded") == Some(("True".into(), "RestoreFailed".into())))
+            .then_some(())
+    })
+    .await;
+    let restores = || {
+        s.runner
+            .runs()
+            .into_iter()
+            .filter(|run| run.container == "restore")
+            .collect::<Vec<_>>()
+    };
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let runs = restores();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_ne!(runs[0].exit_code, 0);
+    assert_eq!(
+        support::etcd::pods(&Target::from(&s.ns), "broken")
+            .await
+            .len(),
+        1,
+        "the failed first member is kept for its message, and no other is started"
+    );
+}
