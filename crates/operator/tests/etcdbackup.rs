@@ -521,3 +521,39 @@ async fn a_restore_from_a_missing_snapshot_fails_once_and_says_so() {
         "the failed first member is kept for its message, and no other is started"
     );
 }
+
+/// Two EtcdBackups of one cluster, created together: both succeed, one after the other (one
+/// backup of a cluster at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_backups_of_one_cluster_take_turns() {
+    let s = setup("etcd-backup-turns").await;
+    cluster_of(&s.ns, 1).await;
+    for name in ["first", "second"] {
+        create_backup(
+            &s.ns,
+            name,
+            serde_json::json!({ "etcdCluster": { "name": CLUSTER } }),
+        )
+        .await;
+    }
+    for name in ["first", "second"] {
+        eventually(SLOW, &format!("{name} succeeded"), || async {
+            backup_status(&s.ns, name).await.succeeded.then_some(())
+        })
+        .await;
+    }
+    let mut spans: Vec<(Timestamp, Timestamp)> = Vec::new();
+    for name in ["first", "second"] {
+        let job = jobs(&s.ns, name).await.remove(0);
+        let status = job.status.unwrap();
+        spans.push((
+            status.start_time.unwrap().0,
+            status.completion_time.unwrap().0,
+        ));
+    }
+    spans.sort();
+    assert!(
+        spans[1].0 >= spans[0].1,
+        "the second backup started before the first finished: {spans:?}"
+    );
+}

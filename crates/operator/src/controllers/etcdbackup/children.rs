@@ -22,6 +22,10 @@ use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 /// snapshots outlive the EtcdBackup), so this label is what marks it as ours.
 pub const INSTANCE_LABEL: &str = "etcd.database.coreos.com/backup";
 
+/// On each backup Job: the EtcdCluster it copies, so no two backups of one cluster run at once
+/// even when several EtcdBackups name it.
+pub const CLUSTER_LABEL: &str = "etcd.database.coreos.com/cluster";
+
 /// On each Job: what the operator knew when it started it, recorded in the status when it
 /// succeeds (the Job's containers cannot report back: the image has no shell).
 pub const FILE_ANNOTATION: &str = "etcd.database.coreos.com/snapshot-file";
@@ -147,11 +151,16 @@ pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &BackupJob<
         (VERSION_ANNOTATION.to_owned(), spec.etcd_version.to_owned()),
         (SIZE_ANNOTATION.to_owned(), spec.db_size.to_string()),
     ]);
+    let mut job_labels = labels(&name);
+    job_labels.insert(
+        CLUSTER_LABEL.to_owned(),
+        backup.spec.etcd_cluster.name.clone(),
+    );
     Job {
         metadata: ObjectMeta {
             name: Some(job_name(&name, spec.tick)),
             namespace: backup.namespace(),
-            labels: Some(labels(&name)),
+            labels: Some(job_labels),
             annotations: Some(annotations),
             owner_references: Some(vec![owner.clone()]),
             ..ObjectMeta::default()

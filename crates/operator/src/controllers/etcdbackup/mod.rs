@@ -13,7 +13,7 @@ mod children;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use app_operator_api::conditions::{DEGRADED, PROGRESSING, READY};
 use app_operator_api::etcdbackup::{EtcdBackupStatus, SnapshotRecord};
@@ -30,8 +30,8 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 
 use self::children::{
-    BackupJob, FILE_ANNOTATION, INSTANCE_LABEL, REVISION_ANNOTATION, SIZE_ANNOTATION,
-    SKIPPED_ANNOTATION, TICK_ANNOTATION, VERSION_ANNOTATION,
+    BackupJob, CLUSTER_LABEL, FILE_ANNOTATION, INSTANCE_LABEL, REVISION_ANNOTATION,
+    SIZE_ANNOTATION, SKIPPED_ANNOTATION, TICK_ANNOTATION, VERSION_ANNOTATION,
 };
 use crate::controllers::etcdcluster::address::Addressing;
 use crate::controllers::etcdcluster::image;
@@ -46,6 +46,14 @@ use crate::reconcile::{Error, FIELD_MANAGER};
 use crate::telemetry::metrics::Metrics;
 
 pub const NAME: &str = "etcdbackup";
+
+/// How soon to look again while another EtcdBackup's Job copies the same cluster (its end is no
+/// event of ours).
+const CLUSTER_BUSY_POLL: Duration = Duration::from_secs(2);
+
+/// How long a Job this process created may be missing from the cache before its turn is over (it
+/// was deleted; or its create failed, which the retry takes the turn for again).
+const TURN_UNSEEN: Duration = Duration::from_secs(30);
 
 /// Finished Jobs kept of each outcome, for `kubectl describe` and logs; the snapshots
 /// themselves are listed in the status.
@@ -65,6 +73,7 @@ pub async fn run(
         etcd,
         metrics: settings.metrics.clone(),
         announced: Announced::default(),
+        turns: Mutex::default(),
     };
     runner.run(reconciler, shutdown).await;
 }
@@ -76,6 +85,15 @@ struct EtcdBackupReconciler {
     etcd: Arc<dyn EtcdApi>,
     metrics: Arc<Metrics>,
     announced: Announced,
+    /// Whose backup Job copies each cluster (`namespace/cluster`), as this process started it.
+    turns: Mutex<HashMap<String, Turn>>,
+}
+
+/// A backup Job this process started, until the cache shows it finished.
+struct Turn {
+    backup: String,
+    job: String,
+    since: Instant,
 }
 
 /// Which finished backups each EtcdBackup's events and metrics have announced, by when the
@@ -159,8 +177,7 @@ impl Reconciler for EtcdBackupReconciler {
             owner,
             shared,
         };
-        let previous = backup.status.clone().unwrap_or_default();
-        let mut status = previous.clone();
+        let mut status = backup.status.clone().unwrap_or_default();
         let now = Timestamp::now();
 
         let jobs: Vec<(Arc<Job>, JobState)> = controlled(&self.jobs, &namespace, &uid)
@@ -174,11 +191,22 @@ impl Reconciler for EtcdBackupReconciler {
             .iter()
             .find(|(_, state)| *state == JobState::Running)
             .map(|(job, _)| job.name_any());
+        let mut busy = self.turn(backup, &namespace, None);
         started(&mut status, &jobs);
         let mut outcome = self.record(&context, &mut status, &jobs).await;
         if outcome.is_ok() {
-            outcome = match self.schedule(&context, &mut status, now, running.is_some()) {
-                Ok(Some(due)) => self.start(&context, &mut status, &due).await,
+            outcome = match self.schedule(
+                &context,
+                &mut status,
+                now,
+                running.is_some() || busy.is_some(),
+            ) {
+                Ok(Some(due)) => self
+                    .start(&context, &mut status, &due)
+                    .await
+                    .map(|waiting| {
+                        busy = busy.take().or(waiting);
+                    }),
                 Ok(None) => Ok(()),
                 Err(error) => Err(error),
             };
@@ -192,10 +220,12 @@ impl Reconciler for EtcdBackupReconciler {
             backup,
             &mut status,
             running.as_deref(),
+            busy.as_deref(),
             outcome.as_ref().err(),
             &Time(now),
         );
         let then = match status.next_schedule_time.as_ref().map(|t| t.0) {
+            _ if busy.is_some() => Action::requeue(CLUSTER_BUSY_POLL),
             Some(next) => {
                 let wait = next.duration_since(now).unsigned_abs();
                 Action::requeue(wait.max(Duration::from_millis(100)))
@@ -224,6 +254,53 @@ struct Due {
 }
 
 impl EtcdBackupReconciler {
+    /// The Job of another EtcdBackup copying the same cluster now: from the cache, or started by
+    /// this process and not cached yet. With `take`, when there is none, this backup's Job
+    /// `take` takes the turn in the same step (two EtcdBackups of a cluster may be reconciled at
+    /// once).
+    fn turn(&self, backup: &EtcdBackup, namespace: &str, take: Option<&str>) -> Option<String> {
+        let cluster = &backup.spec.etcd_cluster.name;
+        let own = backup.name_any();
+        let key = format!("{namespace}/{cluster}");
+        let mut turns = self
+            .turns
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let over = turns.get(&key).is_some_and(|turn| {
+            match cached(&self.jobs, &turn.job, namespace).map(|job| job_state(&job)) {
+                Some(JobState::Running) => false,
+                Some(_) => true,
+                None => turn.since.elapsed() > TURN_UNSEEN,
+            }
+        });
+        if over {
+            turns.remove(&key);
+        }
+        let other = turns
+            .get(&key)
+            .filter(|turn| turn.backup != own)
+            .map(|turn| turn.job.clone())
+            .or_else(|| {
+                self.jobs
+                    .state()
+                    .into_iter()
+                    .filter(|job| job.namespace().as_deref() == Some(namespace))
+                    .filter(|job| job.labels().get(CLUSTER_LABEL) == Some(cluster))
+                    .filter(|job| job.labels().get(INSTANCE_LABEL) != Some(&own))
+                    .find(|job| job_state(job) == JobState::Running)
+                    .map(|job| job.name_any())
+            });
+        if let (None, Some(job)) = (&other, take) {
+            let turn = Turn {
+                backup: own,
+                job: job.to_owned(),
+                since: Instant::now(),
+            };
+            turns.insert(key, turn);
+        }
+        other
+    }
+
     /// Records the Jobs that finished since the status last did (in order), in the status,
     /// events and metrics; trims the Job history.
     async fn record(
@@ -354,13 +431,14 @@ impl EtcdBackupReconciler {
         Ok(due.map(|(tick, skipped)| Due { tick, skipped }))
     }
 
-    /// Starts the backup `due`: checks the cluster and the destination, then creates its Job.
+    /// Starts the backup `due`: checks the cluster and the destination, then creates its Job,
+    /// unless another EtcdBackup's Job copies the cluster now (returned: this one waits).
     async fn start(
         &self,
         context: &Context<'_>,
         status: &mut EtcdBackupStatus,
         due: &Due,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<String>, Error> {
         let backup = context.backup;
         let clusters: Api<EtcdCluster> =
             Api::namespaced(context.shared.client.clone(), &context.namespace);
@@ -405,6 +483,9 @@ impl EtcdBackupReconciler {
                 timeout_seconds: policy(backup).timeout_in_second,
             },
         );
+        if let Some(other) = self.turn(backup, &context.namespace, Some(&job.name_any())) {
+            return Ok(Some(other));
+        }
         let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
         let job = ensure_job(&self.jobs, &api, job, |job| {
             job.labels().get(INSTANCE_LABEL) == Some(&context.name)
@@ -428,7 +509,7 @@ impl EtcdBackupReconciler {
             .shared
             .publish(backup, EventType::Normal, "BackupStarted", "Backup", note)
             .await;
-        Ok(())
+        Ok(None)
     }
 
     /// The healthy voting member with the highest revision, if the cluster has a quorum.
@@ -591,11 +672,13 @@ fn next_slot(kept: &[SnapshotRecord], max_backups: i32) -> usize {
 }
 
 /// The conditions: Ready (the latest backup succeeded and nothing is in the way), Progressing
-/// (a backup runs), Degraded (why backups fail or cannot start).
+/// (a backup runs, or waits for another one of the same cluster), Degraded (why backups fail or
+/// cannot start).
 fn finish(
     backup: &EtcdBackup,
     status: &mut EtcdBackupStatus,
     running: Option<&str>,
+    busy: Option<&str>,
     error: Option<&Error>,
     now: &Time,
 ) {
@@ -633,14 +716,22 @@ fn finish(
             message: "no backup has finished yet".into(),
         },
     };
-    let progressing = match running {
-        Some(job) => conditions::Desired {
+    let progressing = match (running, busy) {
+        (Some(job), _) => conditions::Desired {
             type_: PROGRESSING,
             status: true,
             reason: "BackupRunning",
             message: format!("Job {job} is taking a snapshot"),
         },
-        None => conditions::Desired {
+        (None, Some(job)) => conditions::Desired {
+            type_: PROGRESSING,
+            status: true,
+            reason: "WaitingForOtherBackup",
+            message: format!(
+                "Job {job} of another EtcdBackup is copying this cluster; one backup of a cluster runs at a time"
+            ),
+        },
+        (None, None) => conditions::Desired {
             type_: PROGRESSING,
             status: false,
             reason: "Idle",
