@@ -338,6 +338,12 @@ async fn a_backup_of_a_cluster_without_quorum_fails_clearly_and_backs_off() {
     for pod in running.iter().take(2) {
         assert!(s.runner.kill(pod.rsplit('/').next().unwrap()));
     }
+    eventually(SLOW, "the cluster reported its lost quorum", || async {
+        let status = s.ns.api::<EtcdCluster>().get(CLUSTER).await.ok()?.status?;
+        (condition(&status.conditions, "Available") == Some(("False".into(), "QuorumLost".into())))
+            .then_some(())
+    })
+    .await;
     create_backup(
         &s.ns,
         "lost",

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use app_operator_api::conditions::{DEGRADED, PROGRESSING, READY};
 use app_operator_api::etcdbackup::{EtcdBackupStatus, SnapshotRecord};
+use app_operator_api::etcdcluster::EtcdClusterPhase;
 use app_operator_api::{EtcdBackup, EtcdCluster};
 use futures::future::join_all;
 use k8s_openapi::api::batch::v1::Job;
@@ -325,6 +326,16 @@ impl EtcdBackupReconciler {
                 size_bytes: annotation(SIZE_ANNOTATION).parse().unwrap_or(0),
                 job: job.name_any(),
             };
+            // The claim the Job wrote to (the spec's may have changed since).
+            status.claim_name = job
+                .spec
+                .iter()
+                .filter_map(|spec| spec.template.spec.as_ref())
+                .flat_map(|pod| pod.volumes.iter().flatten())
+                .find_map(|volume| {
+                    Some(volume.persistent_volume_claim.as_ref()?.claim_name.clone())
+                })
+                .or(status.claim_name.take());
             status.snapshots.retain(|kept| kept.file != record.file);
             status.snapshots.insert(0, record.clone());
             status.snapshots.truncate(max);
@@ -458,7 +469,7 @@ impl EtcdBackupReconciler {
                     context.namespace
                 ),
             })?;
-        let claim = self.destination(context).await?;
+        self.destination(context).await?;
         let source = self.source(&cluster, &context.namespace).await?;
         let slot = next_slot(&status.snapshots, policy(backup).max_backups);
         let file = children::snapshot_file(&context.name, slot);
@@ -491,7 +502,6 @@ impl EtcdBackupReconciler {
             job.labels().get(INSTANCE_LABEL) == Some(&context.name)
         })
         .await?;
-        status.claim_name = Some(claim);
         started(status, &[(Arc::new(job.clone()), JobState::Running)]);
         let mut note = format!(
             "Job {} takes snapshot {file} from {} (revision {})",
@@ -525,13 +535,26 @@ impl EtcdBackupReconciler {
             reason: "NoQuorum",
             message,
         };
-        if endpoints.is_empty() {
-            return Err(Error::Waiting {
-                reason: "ClusterNotReady",
-                message: format!(
-                    "EtcdCluster {name} has no members yet; the backup starts once it serves"
-                ),
-            });
+        let served = cluster
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase != EtcdClusterPhase::Creating);
+        match (endpoints.is_empty(), served) {
+            (true, false) => {
+                return Err(Error::Waiting {
+                    reason: "ClusterNotReady",
+                    message: format!(
+                        "EtcdCluster {name} has no members yet; the backup starts once it serves"
+                    ),
+                });
+            }
+            // A cluster that lost its quorum lists no members: etcd cannot say who they are.
+            (true, true) => {
+                return Err(no_quorum(format!(
+                    "EtcdCluster {name} has served but no member answers now, so there is no quorum: the backup waits for the cluster to recover"
+                )));
+            }
+            _ => {}
         }
         let listed = self.etcd.members(&endpoints).await.map_err(|error| {
             no_quorum(format!(
@@ -565,9 +588,9 @@ impl EtcdBackupReconciler {
             .ok_or_else(|| no_quorum(format!("EtcdCluster {name} has no healthy member")))
     }
 
-    /// The claim snapshots go to: the one the spec names, which must exist, or ours, created
-    /// when missing.
-    async fn destination(&self, context: &Context<'_>) -> Result<String, Error> {
+    /// Makes sure the claim snapshots go to is there: the one the spec names must exist, ours
+    /// is created when missing.
+    async fn destination(&self, context: &Context<'_>) -> Result<(), Error> {
         let backup = context.backup;
         let name = children::claim_name(backup);
         let claims: Api<PersistentVolumeClaim> =
@@ -579,7 +602,7 @@ impl EtcdBackupReconciler {
                 source,
             })?;
             return match found {
-                Some(_) => Ok(name),
+                Some(_) => Ok(()),
                 None => Err(Error::Waiting {
                     reason: "DestinationNotFound",
                     message: format!(
@@ -591,7 +614,7 @@ impl EtcdBackupReconciler {
         }
         if let Some(existing) = cached(&self.claims, &name, &context.namespace) {
             return if existing.labels().get(INSTANCE_LABEL) == Some(&context.name) {
-                Ok(name)
+                Ok(())
             } else {
                 Err(Error::Conflict {
                     kind: "PersistentVolumeClaim".into(),
@@ -607,9 +630,9 @@ impl EtcdBackupReconciler {
             .create(&params, &children::snapshots_claim(backup))
             .await
         {
-            Ok(_) => Ok(name),
+            Ok(_) => Ok(()),
             // Made by an earlier pass the cache has not seen yet.
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(name),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
             Err(source) => Err(Error::Create {
                 kind: "PersistentVolumeClaim".into(),
                 name,
