@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod etcdbackup;
 pub mod etcdcluster;
 pub mod myapp;
+pub mod quantity;
 pub mod sample;
 pub mod sampledb;
 mod validation;

@@ -6,8 +6,9 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{Condition, conditions_schema};
+use crate::quantity::{Quantity, quantity_schema};
 use crate::requests_within_limits;
-use crate::validation::{DNS_1035_NAME_RULE, ENV_NAME_PATTERN, IMAGE_PATTERN, QUANTITY_PATTERN};
+use crate::validation::{DNS_1035_NAME_RULE, ENV_NAME_PATTERN, IMAGE_PATTERN};
 
 /// MyAppSpec defines the desired state of MyApp.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -96,14 +97,14 @@ pub struct ResourceRequirements {
 /// ResourceList is a set of (resource name, quantity) pairs.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct ResourceList {
-    /// CPU quantity (e.g., "100m", "1").
+    /// CPU quantity (e.g., "100m", "1" or 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = QUANTITY_PATTERN))]
-    pub cpu: Option<String>,
+    #[schemars(schema_with = "quantity_schema")]
+    pub cpu: Option<Quantity>,
     /// Memory quantity (e.g., "128Mi", "1Gi").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = QUANTITY_PATTERN))]
-    pub memory: Option<String>,
+    #[schemars(schema_with = "quantity_schema")]
+    pub memory: Option<Quantity>,
 }
 
 /// EnvVar represents an environment variable: a literal value or a reference, exactly one.

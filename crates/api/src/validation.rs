@@ -19,7 +19,8 @@ pub const DNS_1035_NAME_RULE: &str =
 pub const LABEL_VALUE_NAME_RULE: &str = "self.metadata.name.size() <= 63";
 
 /// CEL on a `resources` object: `requests.<resource>` is at most `limits.<resource>` (compared as
-/// quantities, so `500m` <= `1`); unset or malformed values are left to the other checks.
+/// quantities, so `500m` <= `1`); unset or malformed values are left to the other checks. The
+/// values are int-or-string (`2` or `"2"`), hence `string(…)`.
 #[macro_export]
 macro_rules! requests_within_limits {
     ($resource:literal) => {
@@ -28,15 +29,15 @@ macro_rules! requests_within_limits {
             $resource,
             ") || !has(self.limits.",
             $resource,
-            ") || !isQuantity(self.requests.",
+            ") || !isQuantity(string(self.requests.",
             $resource,
-            ") || !isQuantity(self.limits.",
+            ")) || !isQuantity(string(self.limits.",
             $resource,
-            ") || quantity(self.requests.",
+            ")) || quantity(string(self.requests.",
             $resource,
-            ").compareTo(quantity(self.limits.",
+            ")).compareTo(quantity(string(self.limits.",
             $resource,
-            ")) <= 0"
+            "))) <= 0"
         )
     };
 }

@@ -68,7 +68,7 @@ async fn a_myapp_becomes_a_deployment_and_a_service_and_reports_ready() {
     let apps = ns.api::<MyApp>();
     let spec = json!({
         "replicas": 2, "image": "nginx:1.27", "port": 9090, "serviceType": "NodePort",
-        "resources": { "requests": { "cpu": "100m", "memory": "64Mi" }, "limits": { "cpu": "1", "memory": "128Mi" } },
+        "resources": { "requests": { "cpu": "100m", "memory": "64Mi" }, "limits": { "cpu": 2, "memory": "128Mi" } },
         "env": [
             { "name": "MODE", "value": "prod" },
             { "name": "PASSWORD", "valueFrom": { "secretKeyRef": { "name": "db", "key": "password" } } }
@@ -149,6 +149,8 @@ async fn a_myapp_becomes_a_deployment_and_a_service_and_reports_ready() {
     let resources = container.resources.as_ref().unwrap();
     assert_eq!(resources.requests.as_ref().unwrap()["cpu"].0, "100m");
     assert_eq!(resources.limits.as_ref().unwrap()["memory"].0, "128Mi");
+    // `cpu: 2`, a number, as Pods take it.
+    assert_eq!(resources.limits.as_ref().unwrap()["cpu"].0, "2");
 
     let service = ns.api::<Service>().get("web").await.unwrap();
     let service_spec = service.spec.unwrap();
@@ -646,6 +648,14 @@ async fn the_api_server_rejects_invalid_myapps_with_the_schemas_message() {
         (
             json!({ "image": "nginx", "resources": { "limits": { "cpu": "abc" } } }),
             "spec.resources.limits.cpu",
+        ),
+        (
+            json!({ "image": "nginx", "resources": { "limits": { "cpu": -1 } } }),
+            "a quantity cannot be negative",
+        ),
+        (
+            json!({ "image": "nginx", "resources": { "requests": { "cpu": 3 }, "limits": { "cpu": "2" } } }),
+            "resources.requests.cpu must be less than or equal to resources.limits.cpu",
         ),
         (
             json!({ "image": "nginx", "autoScaling": { "enabled": true, "minReplicas": 5, "maxReplicas": 2 } }),

@@ -89,7 +89,7 @@ fn env_var(env: &EnvVar) -> CoreEnvVar {
 fn quantities(list: &ResourceList) -> BTreeMap<String, Quantity> {
     [("cpu", &list.cpu), ("memory", &list.memory)]
         .into_iter()
-        .filter_map(|(name, value)| Some((name.to_owned(), Quantity(value.clone()?))))
+        .filter_map(|(name, value)| Some((name.to_owned(), Quantity(value.clone()?.0))))
         .collect()
 }
 
