@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kube::api::{Api, DeleteParams, Preconditions, PropagationPolicy};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde::Serialize;
@@ -161,8 +161,25 @@ impl<C: Cached + Serialize> Owned<C> {
     }
 }
 
-/// Deletes the child `name` if it is still the object with `uid` (never a newer one of the same
-/// name); one already gone counts as deleted.
+/// Creates `object` under the operator's field manager; one that already exists (made by an
+/// earlier pass whose answer or status write was lost, or not cached yet) counts as created: it
+/// is never overwritten.
+pub async fn create_child<C: Cached + Serialize>(api: &Api<C>, object: &C) -> Result<(), Error> {
+    let params = PostParams {
+        field_manager: Some(super::FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    match api.create(&params, object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(source) => Err(Error::Create {
+            kind: C::kind(&()).into_owned(),
+            name: object.name_any(),
+            source,
+        }),
+    }
+}
+
 /// Deletes the child `name` (only the object with `uid`, when given, so a re-created one is not
 /// hit); one already gone counts as deleted.
 pub async fn delete_child<C: Cached>(

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -38,12 +38,13 @@ use crate::controllers::etcdcluster::address::Addressing;
 use crate::controllers::etcdcluster::image;
 use crate::controllers::etcdcluster::version::Version;
 use crate::etcd::EtcdApi;
+use crate::reconcile::Error;
 use crate::reconcile::apply::{controlled, controller_reference};
+use crate::reconcile::children::create_child;
 use crate::reconcile::conditions::{self, set};
 use crate::reconcile::jobs::{Finished, JobState, ensure_job, job_state};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
 use crate::reconcile::schedule::Schedule;
-use crate::reconcile::{Error, FIELD_MANAGER};
 use crate::telemetry::metrics::Metrics;
 
 pub const NAME: &str = "etcdbackup";
@@ -622,23 +623,7 @@ impl EtcdBackupReconciler {
                 })
             };
         }
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        match claims
-            .create(&params, &children::snapshots_claim(backup))
-            .await
-        {
-            Ok(_) => Ok(()),
-            // Made by an earlier pass the cache has not seen yet.
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-            Err(source) => Err(Error::Create {
-                kind: "PersistentVolumeClaim".into(),
-                name,
-                source,
-            }),
-        }
+        create_child(&claims, &children::snapshots_claim(backup)).await
     }
 }
 

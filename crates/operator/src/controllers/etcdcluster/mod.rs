@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -37,7 +37,7 @@ use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
 use self::version::Version;
 use crate::etcd::{self as etcd_api, EtcdApi, EtcdError};
 use crate::reconcile::apply::{controlled, controller_reference};
-use crate::reconcile::children::{OnImmutable, Owned, delete_child};
+use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
 use crate::reconcile::{Error, FIELD_MANAGER};
 use crate::telemetry::metrics::Metrics;
@@ -495,7 +495,7 @@ impl EtcdClusterReconciler {
             let claims: Api<PersistentVolumeClaim> =
                 Api::namespaced(client.clone(), &context.namespace);
             if cached(&self.claims, pod, &context.namespace).is_none() {
-                create(&claims, &claim, "PersistentVolumeClaim", pod).await?;
+                create_child(&claims, &claim).await?;
             }
         }
         let spec = MemberPodSpec {
@@ -508,7 +508,7 @@ impl EtcdClusterReconciler {
         };
         let member = children::member_pod(context.cluster, &context.owner, &spec);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
-        create(&pods, &member, "Pod", pod).await
+        create_child(&pods, &member).await
     }
 
     /// Creates the Pod of a member already added to `members`, to join the running cluster.
@@ -626,31 +626,6 @@ async fn restore_source(
                     "EtcdBackup {name} has no snapshot yet; the cluster starts once it has one"
                 ),
             },
-        }),
-    }
-}
-
-/// Creates `object`; one that already exists (a retry after a lost answer) is fine.
-async fn create<K>(api: &Api<K>, object: &K, kind: &str, name: &str) -> Result<(), Error>
-where
-    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api
-        .create(
-            &PostParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..PostParams::default()
-            },
-            object,
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(source) => Err(Error::Create {
-            kind: kind.to_owned(),
-            name: name.to_owned(),
-            source,
         }),
     }
 }

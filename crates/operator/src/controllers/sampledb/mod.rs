@@ -22,7 +22,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -32,7 +32,7 @@ use serde_json::json;
 use self::children::{INSTANCE_LABEL, JobKind, ROLE_LABEL};
 use self::status::{Findings, Problem};
 use crate::reconcile::apply::{controlled, controller_reference};
-use crate::reconcile::children::{OnImmutable, Owned, delete_child};
+use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
 use crate::reconcile::finalizer::{Cleanup, finalize};
 use crate::reconcile::jobs::{Finished, JobState, ensure_job, job_state};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
@@ -245,18 +245,8 @@ impl SampleDBReconciler {
             let desired = children::generated_credentials(context.db, &context.owner, &password);
             let api: Api<Secret> =
                 Api::namespaced(context.shared.client.clone(), &context.namespace);
-            match api.create(&PostParams::default(), &desired).await {
-                Ok(_) => {}
-                // Made by an earlier pass whose status write was lost: never overwritten.
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
-                Err(source) => {
-                    return Err(Error::Create {
-                        kind: "Secret".into(),
-                        name: secret,
-                        source,
-                    });
-                }
-            }
+            // One made by an earlier pass whose status write was lost is never overwritten.
+            create_child(&api, &desired).await?;
         }
         status.credentials_secret = Some(secret);
         Ok(())
