@@ -42,7 +42,7 @@ use crate::reconcile::Error;
 use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::children::create_child;
 use crate::reconcile::conditions::{self, set};
-use crate::reconcile::jobs::{Finished, JobState, ensure_job, job_state};
+use crate::reconcile::jobs::{Announced, Finished, JobState, Outcome, ensure_job, job_state};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
 use crate::reconcile::schedule::Schedule;
 use crate::telemetry::metrics::Metrics;
@@ -96,54 +96,6 @@ struct Turn {
     backup: String,
     job: String,
     since: Instant,
-}
-
-/// Which finished backups each EtcdBackup's events and metrics have announced, by when the
-/// latest success and failure finished. A pass reading the object from a cache that does not yet
-/// show the status written with them records them again (the same status), but must not count
-/// or announce them twice.
-#[derive(Default)]
-struct Announced(Mutex<HashMap<String, Latest>>);
-
-#[derive(Default)]
-struct Latest {
-    succeeded: Option<Timestamp>,
-    failed: Option<Timestamp>,
-}
-
-#[derive(Clone, Copy)]
-enum Outcome {
-    Succeeded,
-    Failed,
-}
-
-impl Announced {
-    /// Whether the backup of `key` that ended with `outcome` at `at` is announced for the first
-    /// time (and remembers it).
-    fn first(&self, key: &str, outcome: Outcome, at: Option<&Time>) -> bool {
-        let at = at.map(|t| t.0);
-        let mut announced = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let latest = announced.entry(key.to_owned()).or_default();
-        let slot = match outcome {
-            Outcome::Succeeded => &mut latest.succeeded,
-            Outcome::Failed => &mut latest.failed,
-        };
-        if at.is_some() && *slot >= at {
-            return false;
-        }
-        *slot = at;
-        true
-    }
-
-    fn forget(&self, key: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(key);
-    }
 }
 
 /// What one reconcile works on.

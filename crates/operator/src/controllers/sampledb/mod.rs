@@ -34,7 +34,7 @@ use self::status::{Findings, Problem};
 use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
 use crate::reconcile::finalizer::{Cleanup, finalize};
-use crate::reconcile::jobs::{Finished, JobState, ensure_job, job_state};
+use crate::reconcile::jobs::{Announced, Finished, JobState, Outcome, ensure_job, job_state};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
 use crate::reconcile::schedule::Schedule;
 use crate::reconcile::{Error, FIELD_MANAGER};
@@ -56,6 +56,7 @@ pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send +
         jobs: runner.owns(),
         pods: runner.owns(),
         metrics: settings.metrics.clone(),
+        announced: Announced::default(),
     };
     runner.run(reconciler, shutdown).await;
 }
@@ -68,6 +69,7 @@ struct SampleDBReconciler {
     jobs: Store<Job>,
     pods: Store<Pod>,
     metrics: Arc<Metrics>,
+    announced: Announced,
 }
 
 /// What one reconcile works on.
@@ -114,6 +116,7 @@ impl Reconciler for SampleDBReconciler {
     }
 
     fn forget(&self, key: &str) {
+        self.announced.forget(key);
         if let Some((namespace, name)) = key.split_once('/') {
             self.metrics.sampledb_backups.forget(namespace, name);
         }
@@ -477,11 +480,15 @@ impl SampleDBReconciler {
         backups: &[(Arc<Job>, JobState)],
     ) -> Result<(), Error> {
         let finished = Finished::of(backups);
+        let key = format!("{}/{}", context.namespace, context.name);
         let backup = &mut status.backup;
         for (at, job) in Finished::newer(&finished.succeeded, backup.last_successful_time.as_ref())
         {
             backup.last_successful_time = at.clone();
             backup.last_successful_job = Some(job.name_any());
+            if !self.announced.first(&key, Outcome::Succeeded, at.as_ref()) {
+                continue;
+            }
             self.metrics
                 .sampledb_backups
                 .finished(&context.namespace, &context.name, "succeeded");
@@ -489,6 +496,9 @@ impl SampleDBReconciler {
         for (at, job) in Finished::newer(&finished.failed, backup.last_failed_time.as_ref()) {
             backup.last_failed_time = at.clone();
             backup.last_failed_job = Some(job.name_any());
+            if !self.announced.first(&key, Outcome::Failed, at.as_ref()) {
+                continue;
+            }
             self.metrics
                 .sampledb_backups
                 .finished(&context.namespace, &context.name, "failed");
