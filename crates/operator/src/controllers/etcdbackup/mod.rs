@@ -36,6 +36,7 @@ use self::children::{
 };
 use crate::controllers::etcdcluster::address::Addressing;
 use crate::controllers::etcdcluster::image;
+use crate::controllers::etcdcluster::plan::quorum;
 use crate::controllers::etcdcluster::version::Version;
 use crate::etcd::EtcdApi;
 use crate::reconcile::Error;
@@ -522,7 +523,7 @@ impl EtcdBackupReconciler {
         }))
         .await;
         let healthy: Vec<_> = statuses.into_iter().flatten().collect();
-        if healthy.len() * 2 <= voting.len() {
+        if healthy.len() < quorum(voting.len()) {
             return Err(no_quorum(format!(
                 "EtcdCluster {name} has {} of {} voting members healthy, no quorum: a snapshot now could miss acknowledged writes, so the backup waits for the cluster to recover",
                 healthy.len(),
