@@ -21,40 +21,38 @@
 //! Dumps are `pg_dump --format=custom` of `PGDATABASE`, written under a temporary name and renamed
 //! when complete.
 
+/// A script with the shared prelude (`common.sh`) in front of it.
+macro_rules! with_prelude {
+    ($script:literal) => {
+        concat!(
+            include_str!("scripts/common.sh"),
+            include_str!(concat!("scripts/", $script))
+        )
+    };
+}
+
 /// The init Job: waits up to 60 s for the server, checks that it can connect, then runs the
 /// `*.sql` files of `INIT_SQL_DIR` (if set and present) in name order, all in one transaction
 /// with `ON_ERROR_STOP` (a failure applies none of them). Reads `PGHOST`, `PGPORT`, `PGUSER`,
 /// `PGPASSWORD`, `PGDATABASE` and, optionally, `INIT_SQL_DIR`.
-pub const INIT: &str = concat!(
-    include_str!("scripts/common.sh"),
-    include_str!("scripts/init.sh")
-);
+pub const INIT: &str = with_prelude!("init.sh");
 
 /// A backup Job: dumps `PGDATABASE` of the running server to `BACKUP_DIR/BACKUP_FILE`; a failed
 /// dump leaves no file of that name. Reads `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
 /// `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
-pub const BACKUP: &str = concat!(
-    include_str!("scripts/common.sh"),
-    include_str!("scripts/backup.sh")
-);
+pub const BACKUP: &str = with_prelude!("backup.sh");
 
 /// The restore Job: fails at once, naming the file, if `BACKUP_DIR/BACKUP_FILE` is missing; waits
 /// up to 60 s for the server; drops `PGDATABASE`, creates it empty and restores the dump into it
 /// (`pg_restore --exit-on-error --no-owner`). Reads `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
 /// `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
-pub const RESTORE: &str = concat!(
-    include_str!("scripts/common.sh"),
-    include_str!("scripts/restore.sh")
-);
+pub const RESTORE: &str = with_prelude!("restore.sh");
 
 /// The offline snapshot (before a delete, and the upgrade Job's init container with the old
 /// image): starts a temporary server on `PGDATA` that listens on no TCP address, dumps
 /// `PGDATABASE` to `BACKUP_DIR/BACKUP_FILE` and stops the server, also on failure. Reads `PGDATA`,
 /// `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
-pub const SNAPSHOT: &str = concat!(
-    include_str!("scripts/common.sh"),
-    include_str!("scripts/snapshot.sh")
-);
+pub const SNAPSHOT: &str = with_prelude!("snapshot.sh");
 
 /// The upgrade Job's main container (new image), after [`SNAPSHOT`]: exits at once if
 /// `PGDATA/PG_VERSION` is already the major version of the image's `postgres` (a minor upgrade);
@@ -62,7 +60,4 @@ pub const SNAPSHOT: &str = concat!(
 /// `PGUSER`/`PGPASSWORD`, the old access rules), moves `PGDATA` aside to `PGDATA-<old major>` and
 /// the new directory into its place. Reads `PGDATA`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`,
 /// `BACKUP_DIR` and `BACKUP_FILE`.
-pub const UPGRADE: &str = concat!(
-    include_str!("scripts/common.sh"),
-    include_str!("scripts/upgrade.sh")
-);
+pub const UPGRADE: &str = with_prelude!("upgrade.sh");
