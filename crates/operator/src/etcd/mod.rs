@@ -7,7 +7,7 @@
 
 mod gateway;
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, join_all};
 use strum::IntoStaticStr;
 
 pub use gateway::{EtcdGateway, GatewaySettings};
@@ -71,6 +71,22 @@ impl Status {
     pub fn is_leader(&self) -> bool {
         self.has_leader() && self.leader == self.member_id
     }
+}
+
+/// etcd's member list, from the first of `endpoints` that answers, with each member's own
+/// status (`None` when it does not answer): what the controllers judge health and quorum by.
+pub async fn members_with_status(
+    etcd: &dyn EtcdApi,
+    endpoints: &[String],
+) -> Result<Vec<(Member, Option<Status>)>, EtcdError> {
+    let listed = etcd.members(endpoints).await?;
+    let statuses = join_all(
+        listed
+            .iter()
+            .map(|member| async { etcd.status(member.client_urls.first()?).await.ok() }),
+    )
+    .await;
+    Ok(listed.into_iter().zip(statuses).collect())
 }
 
 /// The etcd operations a controller needs.

@@ -19,7 +19,6 @@ use app_operator_api::conditions::{DEGRADED, PROGRESSING, READY};
 use app_operator_api::etcdbackup::{EtcdBackupStatus, SnapshotRecord};
 use app_operator_api::etcdcluster::EtcdClusterPhase;
 use app_operator_api::{EtcdBackup, EtcdCluster};
-use futures::future::join_all;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -38,7 +37,7 @@ use crate::controllers::etcdcluster::address::Addressing;
 use crate::controllers::etcdcluster::image;
 use crate::controllers::etcdcluster::plan::quorum;
 use crate::controllers::etcdcluster::version::Version;
-use crate::etcd::EtcdApi;
+use crate::etcd::{EtcdApi, Status, members_with_status};
 use crate::reconcile::Error;
 use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::children::create_child;
@@ -510,19 +509,22 @@ impl EtcdBackupReconciler {
             }
             _ => {}
         }
-        let listed = self.etcd.members(&endpoints).await.map_err(|error| {
+        let listed = members_with_status(&*self.etcd, &endpoints).await.map_err(|error| {
             no_quorum(format!(
                 "no member of EtcdCluster {name} answers with a leader ({error}), so there is no quorum: a snapshot needs a healthy member of a cluster with a quorum, so the backup waits for the cluster to recover"
             ))
         })?;
-        let voting: Vec<_> = listed.iter().filter(|m| !m.is_learner).collect();
-        let statuses = join_all(voting.iter().map(|member| async {
-            let url = member.client_urls.first()?;
-            let status = self.etcd.status(url).await.ok()?;
-            status.has_leader().then(|| (url.clone(), status))
-        }))
-        .await;
-        let healthy: Vec<_> = statuses.into_iter().flatten().collect();
+        let voting: Vec<_> = listed
+            .into_iter()
+            .filter(|(member, _)| !member.is_learner)
+            .collect();
+        let healthy: Vec<(String, Status)> = voting
+            .iter()
+            .filter_map(|(member, status)| {
+                let status = status.clone().filter(Status::has_leader)?;
+                Some((member.client_urls.first()?.clone(), status))
+            })
+            .collect();
         if healthy.len() < quorum(voting.len()) {
             return Err(no_quorum(format!(
                 "EtcdCluster {name} has {} of {} voting members healthy, no quorum: a snapshot now could miss acknowledged writes, so the backup waits for the cluster to recover",

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use app_operator_api::etcdcluster::{EtcdClusterPhase, RestoreSource, RestoreStatus};
 use app_operator_api::{EtcdBackup, EtcdCluster};
-use futures::future::join_all;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -269,26 +268,20 @@ impl EtcdClusterReconciler {
         if endpoints.is_empty() {
             return None;
         }
-        let listed = match self.etcd.client.members(endpoints).await {
+        let listed = match etcd_api::members_with_status(&*self.etcd.client, endpoints).await {
             Ok(listed) => listed,
             Err(error) => {
                 tracing::debug!(%error, cluster = %context.name, "no member answered the member list");
                 return None;
             }
         };
-        let statuses = join_all(listed.iter().map(|member| async {
-            let url = member.client_urls.first()?;
-            self.etcd.client.status(url).await.ok()
-        }))
-        .await;
-        let leader = statuses
+        let leader = listed
             .iter()
-            .flatten()
+            .filter_map(|(_, status)| status.as_ref())
             .map(|s| s.leader)
             .find(|leader| *leader != 0);
         let members = listed
             .iter()
-            .zip(statuses)
             .map(|(member, status)| Member {
                 id: member.id,
                 name: member.name.clone(),
