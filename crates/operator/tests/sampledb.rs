@@ -495,7 +495,12 @@ async fn a_restarted_operator_catches_up_once_and_adopts_the_ticks_job() {
     })
     .await;
     assert_eq!(adopted.owner_references()[0].kind, "SampleDB");
-    let after = status(&ns, "db").await;
+    // The status is written after the Job is adopted, in the same pass.
+    let after = eventually(TIMEOUT, "the catch-up recorded in the status", || async {
+        let after = status(&ns, "db").await;
+        (after.backup.last_schedule_time.as_ref().map(|t| t.0) == Some(tick)).then_some(after)
+    })
+    .await;
     let new: Vec<String> = jobs(&ns, "db", "backup")
         .await
         .iter()
