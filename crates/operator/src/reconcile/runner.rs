@@ -14,6 +14,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use app_operator_api::conditions::{DEGRADED, HasConditions};
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
 use kube::api::Api;
@@ -107,6 +108,15 @@ pub fn key(object: &impl Resource) -> String {
     )
 }
 
+/// `namespace/name` of a reference, as [`key`] gives it for the object.
+fn ref_key<K: Resource>(object: &ObjectRef<K>) -> String {
+    format!(
+        "{}/{}",
+        object.namespace.as_deref().unwrap_or_default(),
+        object.name
+    )
+}
+
 /// The cached object of kind `K` named `name` in `namespace`.
 pub fn cached<K>(store: &Store<K>, name: &str, namespace: &str) -> Option<Arc<K>>
 where
@@ -177,9 +187,9 @@ impl<K: Cached + serde::Serialize> Runner<K> {
             events,
             triggers,
         } = self;
-        settings
-            .metrics
-            .controller_started(name, settings.concurrency);
+        let metrics = settings.metrics.clone();
+        metrics.controller_started(name, settings.concurrency);
+        metrics.workqueue.started(name);
         let context = Arc::new(Context {
             reconciler,
             shared: Shared::new(name, &settings),
@@ -188,6 +198,7 @@ impl<K: Cached + serde::Serialize> Runner<K> {
             waiting_for_change: WaitingForChange::default(),
         });
         let deletions = context.clone();
+        let queue = metrics.clone();
         let primary = events
             .inspect_ok(move |event| {
                 if let watcher::Event::Delete(object) = event {
@@ -195,9 +206,13 @@ impl<K: Cached + serde::Serialize> Runner<K> {
                 }
             })
             .inspect_err(move |error| warn_watch_error(name, &K::kind(&()), error))
-            .applied_objects();
+            .applied_objects()
+            .inspect_ok(move |object| queue.workqueue.added(name, key(object)));
+        let queue = metrics.clone();
+        let triggers = stream::select_all(triggers)
+            .inspect(move |object| queue.workqueue.added(name, ref_key(object)));
         let controller = Controller::for_stream(primary, store)
-            .reconcile_on(stream::select_all(triggers))
+            .reconcile_on(triggers)
             .with_config(controller::Config::default().concurrency(settings.concurrency))
             .graceful_shutdown_on(shutdown);
         tracing::info!(controller = name, "Starting Controller");
@@ -208,9 +223,13 @@ impl<K: Cached + serde::Serialize> Runner<K> {
         );
         controller
             .run(reconcile::<R>, error_policy::<R>, context)
-            .for_each(|result| async move {
+            .for_each(|result| async {
                 match result {
                     Ok(object) => tracing::debug!(?object, "reconciled"),
+                    // A child named an owner that is gone: it leaves the queue unreconciled.
+                    Err(controller::Error::ObjectNotFound(object)) => {
+                        metrics.workqueue.dropped(name, &ref_key(&object));
+                    }
                     Err(error) => tracing::debug!(%error, "reconcile did not complete"),
                 }
             })
@@ -284,12 +303,13 @@ impl<R: Reconciler> Context<R> {
         self.shared.written.forget(&key);
         self.waiting_for_change.forget(&key);
         let namespace = object.namespace().unwrap_or_default();
-        self.shared.metrics.set_invalid(
-            self.shared.controller,
-            &namespace,
-            &object.name_any(),
-            false,
-        );
+        let (controller, name) = (self.shared.controller, object.name_any());
+        self.shared
+            .metrics
+            .set_invalid(controller, &namespace, &name, false);
+        self.shared
+            .metrics
+            .set_degraded(controller, &namespace, &name, None);
         self.reconciler.forget(&key);
     }
 }
@@ -362,8 +382,12 @@ async fn reconcile<R: Reconciler>(
     async {
         // A cache still listing looks like missing children: acting on it creates duplicates.
         context.readiness.wait_synced(shared.controller).await;
-        let _timer = shared.metrics.reconcile_started(shared.controller);
         let object_key = key(object.as_ref());
+        let _timer = shared.metrics.reconcile_started(shared.controller);
+        let _work = shared
+            .metrics
+            .workqueue
+            .processing(shared.controller, &object_key);
         let result = match &object.0 {
             Err(invalid) => {
                 shared.report_invalid(object.as_ref(), &invalid.error).await;
@@ -429,6 +453,7 @@ fn error_policy<R: Reconciler>(
         return Action::await_change();
     }
     let delay = context.backoff.failed(&object_key);
+    context.shared.metrics.workqueue.retried(controller);
     tracing::warn!(controller, object = %object_key, %error, reason = error.reason(), retry_in = ?delay, "Reconciler error");
     Action::requeue(delay)
 }
@@ -526,11 +551,21 @@ impl Shared {
             + Clone
             + Debug
             + DeserializeOwned,
-        S: PartialEq + serde::Serialize,
+        S: PartialEq + serde::Serialize + HasConditions,
     {
         if outcome.as_ref().is_err_and(Error::is_namespace_terminating) {
             return outcome;
         }
+        self.metrics.set_degraded(
+            self.controller,
+            &object.namespace().unwrap_or_default(),
+            &object.name_any(),
+            desired
+                .conditions()
+                .iter()
+                .find(|c| c.type_ == DEGRADED && c.status == "True")
+                .map(|c| c.reason.as_str()),
+        );
         let key = key(object);
         let version = object.meta().resource_version.as_deref();
         let fingerprint = Fingerprint::of(&desired);

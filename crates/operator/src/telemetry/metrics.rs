@@ -29,6 +29,15 @@ pub struct ObjectLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DegradedLabels {
+    pub controller: &'static str,
+    pub namespace: String,
+    pub name: String,
+    /// The Degraded condition's reason (CamelCase, a bounded set per kind).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabels {
     pub name: String,
 }
@@ -99,6 +108,10 @@ pub struct Metrics {
     rest_client_requests_total: Family<RequestLabels, Counter>,
     leader_election_master_status: Family<LeaseLabels, Gauge>,
     invalid_objects: Family<ObjectLabels, Gauge>,
+    degraded_objects: Family<DegradedLabels, Gauge>,
+    /// The reason each Degraded object's series carries, to drop it when the reason changes.
+    degraded_reasons: std::sync::Mutex<std::collections::HashMap<ObjectLabels, String>>,
+    pub workqueue: super::workqueue::WorkQueueMetrics,
     etcd_membership_operations: Family<MembershipLabels, Counter>,
     etcd_members: Family<EtcdMemberLabels, Gauge>,
     etcd_quorum: Family<ObjectNameLabels, Gauge>,
@@ -123,6 +136,7 @@ impl Default for Metrics {
         let rest_client_requests_total = Family::<RequestLabels, Counter>::default();
         let leader_election_master_status = Family::<LeaseLabels, Gauge>::default();
         let invalid_objects = Family::<ObjectLabels, Gauge>::default();
+        let degraded_objects = Family::<DegradedLabels, Gauge>::default();
         let etcd_membership_operations = Family::<MembershipLabels, Counter>::default();
         let etcd_members = Family::<EtcdMemberLabels, Gauge>::default();
         let etcd_quorum = Family::<ObjectNameLabels, Gauge>::default();
@@ -176,6 +190,12 @@ impl Default for Metrics {
             invalid_objects.clone(),
         );
         registry.register(
+            "app_operator_degraded_objects",
+            "Objects whose Degraded condition is True (1 per object, with the condition's reason), as last written by the operator",
+            degraded_objects.clone(),
+        );
+        let workqueue = super::workqueue::WorkQueueMetrics::register(&mut registry);
+        registry.register(
             "app_operator_etcd_membership_operations",
             "etcd membership changes the operator made, by operation and result",
             etcd_membership_operations.clone(),
@@ -213,6 +233,9 @@ impl Default for Metrics {
             rest_client_requests_total,
             leader_election_master_status,
             invalid_objects,
+            degraded_objects,
+            degraded_reasons: std::sync::Mutex::default(),
+            workqueue,
             etcd_membership_operations,
             etcd_members,
             etcd_quorum,
@@ -368,6 +391,46 @@ impl Metrics {
         }
     }
 
+    /// Marks the object `namespace/name` of `controller` as Degraded for `reason`, or (`None`)
+    /// not Degraded.
+    pub fn set_degraded(
+        &self,
+        controller: &'static str,
+        namespace: &str,
+        name: &str,
+        reason: Option<&str>,
+    ) {
+        let object = ObjectLabels {
+            controller,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        let series = |reason: String| DegradedLabels {
+            controller,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            reason,
+        };
+        let mut reasons = self
+            .degraded_reasons
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let previous = match reason {
+            Some(reason) => {
+                self.degraded_objects
+                    .get_or_create(&series(reason.to_owned()))
+                    .set(1);
+                reasons
+                    .insert(object, reason.to_owned())
+                    .filter(|previous| previous != reason)
+            }
+            None => reasons.remove(&object),
+        };
+        if let Some(previous) = previous {
+            self.degraded_objects.remove(&series(previous));
+        }
+    }
+
     pub fn set_leader(&self, lease: &str, leading: bool) {
         let labels = LeaseLabels {
             name: lease.to_owned(),
@@ -517,4 +580,34 @@ pub fn requests_by_method(text: &str) -> BTreeMap<String, u64> {
         }
     }
     requests
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Metrics;
+
+    fn degraded_series(metrics: &Metrics) -> Vec<String> {
+        metrics
+            .encode()
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.starts_with("app_operator_degraded_objects{"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn a_degraded_object_has_one_series_with_its_current_reason_until_it_recovers() {
+        let metrics = Metrics::default();
+        metrics.set_degraded("myapp", "ns", "web", Some("ApplyFailed"));
+        metrics.set_degraded("myapp", "ns", "web", Some("Conflict"));
+        assert_eq!(
+            degraded_series(&metrics),
+            [
+                r#"app_operator_degraded_objects{controller="myapp",namespace="ns",name="web",reason="Conflict"} 1"#
+            ]
+        );
+        metrics.set_degraded("myapp", "ns", "web", None);
+        assert!(degraded_series(&metrics).is_empty());
+    }
 }

@@ -5,3 +5,4 @@
 pub mod metrics;
 mod process;
 pub mod readiness;
+pub mod workqueue;

@@ -1,5 +1,5 @@
 //! Process metrics under the Prometheus client libraries' standard names, read from `/proc` at
-//! each scrape: resident memory, CPU seconds, open file descriptors.
+//! each scrape: resident memory, CPU seconds, open file descriptors, start time.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -32,6 +32,28 @@ fn cpu_seconds() -> Option<f64> {
     Some((user + system) / TICKS_PER_SECOND)
 }
 
+/// When the process started (Unix seconds): its start in ticks after boot (`/proc/self/stat`),
+/// plus the boot time (`btime` in `/proc/stat`).
+fn start_time_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // starttime is the 22nd field overall, the 20th after ")".
+    let ticks: f64 = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    let system = std::fs::read_to_string("/proc/stat").ok()?;
+    let boot: f64 = system
+        .lines()
+        .find_map(|line| line.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(boot + ticks / TICKS_PER_SECOND)
+}
+
 fn open_fds() -> Option<i64> {
     let count = std::fs::read_dir("/proc/self/fd").ok()?.count();
     i64::try_from(count).ok()
@@ -57,6 +79,15 @@ impl Collector for ProcessCollector {
                 counter.metric_type(),
             )?)?;
         }
+        if let Some(seconds) = start_time_seconds() {
+            let gauge = ConstGauge::new(seconds);
+            gauge.encode(encoder.encode_descriptor(
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                None,
+                gauge.metric_type(),
+            )?)?;
+        }
         if let Some(fds) = open_fds() {
             let gauge = ConstGauge::new(fds);
             gauge.encode(encoder.encode_descriptor(
@@ -67,5 +98,20 @@ impl Collector for ProcessCollector {
             )?)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_start_time_is_in_the_recent_past() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let started = super::start_time_seconds().unwrap_or_default();
+        assert!(
+            started <= now + 1.0 && now - started < 3600.0,
+            "started {started}, now {now}"
+        );
     }
 }
