@@ -4,13 +4,14 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 
 /// Bumped when the way binaries are built changes, so caches built the old way are not reused.
-const RECIPE: &str = "1";
+const RECIPE: &str = "2";
 
 /// One upstream command: the Go module directory (under `hack/k8s-tools/`) that pins it, and its package.
 struct Binary {
@@ -72,6 +73,12 @@ const BINARIES: &[Binary] = &[
         name: "helm",
         module: "helm",
         package: "helm.sh/helm/v3/cmd/helm",
+    },
+    // For the monitoring tests: `promtool check rules` and `promtool test rules` on the alerts.
+    Binary {
+        name: "promtool",
+        module: "prometheus",
+        package: "github.com/prometheus/prometheus/cmd/promtool",
     },
 ];
 
@@ -193,25 +200,41 @@ fn fingerprint(sources: &Path) -> Result<String, Error> {
 }
 
 fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
-    let partial = dir.with_extension("partial");
+    // `<dir>.partial`: `with_extension` would cut the name at the version's last dot, giving
+    // every pin the same partial directory.
+    let mut partial = dir.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
     if partial.exists() {
         fs::remove_dir_all(&partial).map_err(Error::io("removing", &partial))?;
     }
     let bin = partial.join("bin");
     fs::create_dir_all(&bin).map_err(Error::io("creating", &bin))?;
     let ldflags = kubernetes_ldflags(&Tools::kubernetes_version(sources)?);
-    for binary in BINARIES {
+    let prometheus_flags = prometheus_ldflags(&module_version(
+        &sources.join("prometheus/go.mod"),
+        "github.com/prometheus/prometheus",
+    )?);
+    let total = BINARIES.len();
+    eprintln!(
+        "building {total} upstream binaries into {} (the first time takes about 15 minutes on 2 \
+         cores; later builds reuse Go's cache)",
+        dir.display()
+    );
+    for (index, binary) in BINARIES.iter().enumerate() {
+        let number = index + 1;
         eprintln!(
-            "building {} from {} (cached by Go after the first time)",
+            "building {} from {} ({number}/{total})",
             binary.name, binary.package
         );
+        let started = Instant::now();
         let out = bin.join(binary.name);
         let out = out.to_string_lossy();
         let module = sources.join(binary.module);
-        let flags = if binary.module == "kubernetes" {
-            ldflags.as_str()
-        } else {
-            "-s -w"
+        let flags = match binary.module {
+            "kubernetes" => ldflags.as_str(),
+            "prometheus" => prometheus_flags.as_str(),
+            _ => "-s -w",
         };
         go(
             &module,
@@ -225,6 +248,11 @@ fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
                 binary.package,
             ],
         )?;
+        eprintln!(
+            "built {} in {} ({number}/{total})",
+            binary.name,
+            elapsed(started.elapsed())
+        );
     }
     let complete = partial.join("complete");
     fs::write(&complete, "").map_err(Error::io("writing", &complete))?;
@@ -232,6 +260,17 @@ fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
         fs::remove_dir_all(dir).map_err(Error::io("removing", dir))?;
     }
     fs::rename(&partial, dir).map_err(Error::io("moving into place", dir))
+}
+
+/// A build's duration the way people say it: `3m12s`, `45s`.
+fn elapsed(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    let (minutes, seconds) = (seconds / 60, seconds % 60);
+    if minutes == 0 {
+        format!("{seconds}s")
+    } else {
+        format!("{minutes}m{seconds:02}s")
+    }
 }
 
 /// Copies [`KWOK_STAGES`] from the pinned kwok module into one file (written aside and renamed,
@@ -290,6 +329,20 @@ fn kubernetes_ldflags(version: &str) -> String {
     flags
 }
 
+/// What Prometheus's release build stamps into promtool, so `promtool --version` names the
+/// release. Its Go module is versioned `v0.3XX.Y` for release `3.XX.Y`.
+fn prometheus_ldflags(module_version: &str) -> String {
+    let release = module_version
+        .strip_prefix("v0.")
+        .and_then(|rest| {
+            let (minor, patch) = rest.split_once('.')?;
+            let minor: u32 = minor.parse().ok()?;
+            Some(format!("{}.{}.{patch}", minor / 100, minor % 100))
+        })
+        .unwrap_or_else(|| module_version.trim_start_matches('v').to_owned());
+    format!("-s -w -X github.com/prometheus/common/version.Version={release}")
+}
+
 /// Runs `go` in `dir` with the machine's own toolchain (never a downloaded one).
 fn go(dir: &Path, args: &[&str]) -> Result<String, Error> {
     let command = format!("go {}", args.join(" "));
@@ -335,6 +388,33 @@ mod tests {
             )
         );
         assert_eq!(leave_etcd_pods_running("spec:\n  weight: 1\n"), None);
+    }
+
+    #[test]
+    fn says_how_long_a_build_took() {
+        assert_eq!(elapsed(Duration::from_millis(45_900)), "45s");
+        assert_eq!(elapsed(Duration::from_secs(192)), "3m12s");
+        assert_eq!(elapsed(Duration::from_secs(3605)), "60m05s");
+    }
+
+    #[test]
+    fn stamps_the_prometheus_release() {
+        assert!(
+            prometheus_ldflags("v0.316.0")
+                .ends_with(" -X github.com/prometheus/common/version.Version=3.16.0")
+        );
+        assert!(prometheus_ldflags("v0.305.2").ends_with("Version=3.5.2"));
+    }
+
+    #[test]
+    fn reads_the_pinned_prometheus_version() {
+        let sources = crate::repo_root().join("hack/k8s-tools");
+        let version = module_version(
+            &sources.join("prometheus/go.mod"),
+            "github.com/prometheus/prometheus",
+        )
+        .unwrap();
+        assert!(version.starts_with("v0.3"), "{version}");
     }
 
     #[test]
