@@ -8,6 +8,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use local_cluster::install::{self, Target, UserEnv};
 use local_cluster::{Cluster, ClusterOptions, Layout, Tools};
 
 #[derive(Parser)]
@@ -37,10 +38,17 @@ enum Task {
     },
     /// Regenerate the CRD manifests under config/crd/bases from the Rust types.
     Manifests,
-    /// Install the CRDs into the cluster of $KUBECONFIG (default: the local control plane).
+    /// Install the CRDs with $KUBECTL into the cluster of $KUBECONFIG (else ~/.kube/config, else
+    /// the local control plane).
     Install,
     /// Remove the CRDs (and with them every custom resource) from that cluster.
     Uninstall,
+    /// Deploy the operator (config/default, image $IMG) to that cluster.
+    Deploy,
+    /// Remove what `deploy` created (the CRDs and every custom resource too).
+    Undeploy,
+    /// Write dist/install.yaml: config/default with image $IMG, one file to `kubectl apply -f`.
+    BuildInstaller,
     /// Local control plane up (if none), CRDs installed, the operator in the foreground, samples applied.
     Run,
     /// Build a static app-operator and write it as a one-layer OCI image archive (no Docker needed).
@@ -74,11 +82,6 @@ enum Task {
         churn_size: usize,
         #[arg(long, default_value = "target/bench")]
         output: PathBuf,
-    },
-    /// Run `kubectl` (the pinned one) against $KUBECONFIG, else the local control plane.
-    Kubectl {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
     },
 }
 
@@ -128,17 +131,31 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Task::Manifests => manifests()?,
-        Task::Install => {
-            let tools = Tools::ensure(&tool_sources())?;
-            install(&tools, &target_kubeconfig())?;
-        }
+        Task::Install => install(&acting_on_cluster(user_target()?)?)?,
         Task::Uninstall => {
-            let tools = Tools::ensure(&tool_sources())?;
-            let status = kubectl(&tools, &target_kubeconfig())
-                .args(["delete", "--ignore-not-found", "-k"])
-                .arg(repo().join("config/crd"))
-                .status()?;
-            return Ok(exit_code(status));
+            let target = acting_on_cluster(user_target()?)?;
+            let crds = repo().join("config/crd");
+            print!(
+                "{}",
+                target.run(&["delete", "--ignore-not-found", "-k", path(&crds)?])?
+            );
+        }
+        Task::Deploy => {
+            let target = acting_on_cluster(user_target()?)?;
+            println!("deploying image {}", target.img);
+            print!("{}", install::deploy(&target, &repo(), &overlay_dir())?);
+        }
+        Task::Undeploy => {
+            let target = acting_on_cluster(user_target()?)?;
+            print!("{}", install::undeploy(&target, &repo(), &overlay_dir())?);
+        }
+        Task::BuildInstaller => {
+            let target = user_target()?;
+            let rendered = install::installer(&target, &repo(), &overlay_dir())?;
+            let out = repo().join("dist/install.yaml");
+            std::fs::create_dir_all(repo().join("dist"))?;
+            std::fs::write(&out, rendered)?;
+            println!("wrote {} (image {})", out.display(), target.img);
         }
         Task::Run => return runtime.block_on(run_operator()),
         Task::Image { output } => build_image(&output)?,
@@ -171,13 +188,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }))?;
         }
         Task::Test { cargo_args } => return runtime.block_on(test(&cargo_args)),
-        Task::Kubectl { args } => {
-            let tools = Tools::ensure(&tool_sources())?;
-            let status = kubectl(&tools, &Layout::default().kubeconfig())
-                .args(args)
-                .status()?;
-            return Ok(exit_code(status));
-        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -186,9 +196,29 @@ pub fn repo() -> PathBuf {
     local_cluster::repo_root()
 }
 
-/// $KUBECONFIG when set (a user's own cluster), else the local control plane.
-fn target_kubeconfig() -> PathBuf {
-    std::env::var_os("KUBECONFIG").map_or_else(|| Layout::default().kubeconfig(), PathBuf::from)
+/// The user's kubectl and cluster (`KUBECTL`, `KUBECONFIG`, `IMG`), as kubebuilder's targets.
+fn user_target() -> Result<Target> {
+    Ok(Target::resolve(
+        &UserEnv::from_process(),
+        &Layout::default(),
+        || Tools::ensure(&tool_sources()),
+    )?)
+}
+
+/// Says which cluster `target` acts on (and fails clearly when there is none).
+fn acting_on_cluster(target: Target) -> Result<Target> {
+    println!("acting on {}", target.describe()?);
+    Ok(target)
+}
+
+/// Where deploy, undeploy and build-installer write their overlay of config/default.
+fn overlay_dir() -> PathBuf {
+    repo().join("target/deploy")
+}
+
+fn path(path: &Path) -> Result<&str> {
+    path.to_str()
+        .with_context(|| format!("{} is not UTF-8", path.display()))
 }
 
 /// `make bench`: a release operator on a control plane of its own (started and stopped here).
@@ -338,25 +368,27 @@ fn manifests() -> Result<()> {
         rules,
     )?;
     println!("wrote charts/app-operator/files/manager-role-rules.yaml");
+    for (file, yaml) in app_operator::manifests::user_role_files() {
+        std::fs::write(repo().join(file), yaml)?;
+        println!("wrote {file}");
+    }
     Ok(())
 }
 
-fn install(tools: &Tools, kubeconfig: &Path) -> Result<()> {
+/// Applies the CRDs and waits until the API server serves them.
+fn install(target: &Target) -> Result<()> {
     let crds = repo().join("config/crd");
-    let applied = kubectl(tools, kubeconfig)
-        .args(["apply", "--server-side", "-k"])
-        .arg(&crds)
-        .status()?;
-    if !applied.success() {
-        bail!("installing the CRDs failed");
-    }
-    let established = kubectl(tools, kubeconfig)
-        .args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
-        .arg(crds.join("bases"))
-        .status()?;
-    if !established.success() {
-        bail!("the CRDs did not become Established");
-    }
+    print!(
+        "{}",
+        target.run(&["apply", "--server-side", "-k", path(&crds)?])?
+    );
+    target.run(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "-f",
+        path(&crds.join("bases"))?,
+    ])?;
     Ok(())
 }
 
@@ -369,7 +401,11 @@ async fn run_operator() -> Result<ExitCode> {
         println!("started the local control plane; stop it with `make cluster-down`");
     }
     let kubeconfig = layout.kubeconfig();
-    install(&tools, &kubeconfig)?;
+    install(&Target {
+        kubectl: tools.bin("kubectl"),
+        kubeconfig: Some(kubeconfig.clone().into_os_string()),
+        img: local_cluster::install::DEFAULT_IMG.to_owned(),
+    })?;
     let built = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "-p", "app-operator"])
         .status()?;

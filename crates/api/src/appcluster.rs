@@ -14,9 +14,27 @@ use crate::validation::LABEL_VALUE_NAME_RULE;
     kind = "AppCluster",
     namespaced,
     status = "AppClusterStatus",
+    shortname = "appc",
     category = "app-operator",
+    doc = "AppCluster keeps `size` Pods of one image running, created and replaced by the operator itself (no Deployment or ReplicaSet), and reports how many are ready.",
     printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.ready"),
+    printcolumn(name = "Ready Pods", type_ = "integer", json_path = ".status.ready"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message"
+    ),
+    printcolumn(
+        name = "Image",
+        type_ = "string",
+        priority = 1,
+        json_path = ".spec.image"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",

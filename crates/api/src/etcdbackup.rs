@@ -31,11 +31,17 @@ pub const FILE_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9._-]*$";
     status = "EtcdBackupStatus",
     shortname = "etcdbackup",
     category = "app-operator",
+    doc = "EtcdBackup takes snapshots of an EtcdCluster into a PersistentVolumeClaim: once, every `backupIntervalInSecond`, or on a cron `schedule`, keeping the newest `maxBackups`. An EtcdCluster created with `spec.restore` starts from one of them.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.etcdCluster.name"),
     printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message"
     ),
     printcolumn(name = "Revision", type_ = "integer", json_path = ".status.etcdRevision"),
     printcolumn(

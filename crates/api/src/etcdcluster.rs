@@ -48,10 +48,30 @@ const RESERVED_LABELS_RULE: &str = "!('app' in self) && self.all(k, !k.startsWit
     status = "EtcdClusterStatus",
     shortname = "etcd",
     category = "app-operator",
+    doc = "EtcdCluster is an etcd cluster of `size` members, one Pod each: members are added one at a time before they start, dead members are replaced while a quorum holds, and a new `version` is rolled out member by member. With `restore` set at creation, the cluster starts from an EtcdBackup's snapshot.",
     printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyMembers"),
+    printcolumn(
+        name = "Ready Members",
+        type_ = "integer",
+        json_path = ".status.readyMembers"
+    ),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.currentVersion"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message"
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.phase"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",

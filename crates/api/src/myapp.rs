@@ -21,9 +21,29 @@ use crate::validation::{DNS_1035_NAME_RULE, ENV_NAME_PATTERN, IMAGE_PATTERN};
     shortname = "mya",
     category = "all",
     category = "app-operator",
-    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image"),
+    doc = "MyApp runs a container image as a Deployment, exposed by a Service and, when autoscaling is enabled, scaled by a HorizontalPodAutoscaler. The operator owns those children: edit the MyApp, not them.",
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "Ready Replicas",
+        type_ = "integer",
+        json_path = ".status.readyReplicas"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message"
+    ),
+    printcolumn(
+        name = "Image",
+        type_ = "string",
+        priority = 1,
+        json_path = ".spec.image"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",

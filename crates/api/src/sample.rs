@@ -12,7 +12,15 @@ use serde::{Deserialize, Serialize};
     kind = "Sample",
     namespaced,
     no_spec,
-    printcolumn(name = "Test String", type_ = "string", json_path = ".testString")
+    shortname = "smpl",
+    category = "app-operator",
+    doc = "Sample is the tutorial's first resource: one free-form field, `testString`, at the top level of the object. The operator logs each one it sees and records it as an event on the object.",
+    printcolumn(name = "Test String", type_ = "string", json_path = ".testString"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SampleFields {

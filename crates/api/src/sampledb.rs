@@ -47,12 +47,23 @@ const IMMUTABLE_RULE: &str = "self == oldSelf";
     status = "SampleDBStatus",
     shortname = "sdb",
     category = "app-operator",
+    doc = "SampleDB is a PostgreSQL database: a StatefulSet with its volume, an init Job, scheduled backups kept in a claim, restore from a backup at creation, offline upgrades to a newer version, and a final snapshot before it is deleted.",
     printcolumn(name = "Version", type_ = "string", json_path = ".status.currentVersion"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message"
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.phase"
     ),
     printcolumn(
         name = "Last Backup",

@@ -20,3 +20,73 @@ pub fn chart_rules(role_yaml: &str) -> Option<String> {
         "# Generated from config/rbac/role.yaml by `make manifests`.\n{rules}"
     ))
 }
+
+/// Who may do what with one kind, and the built-in role that role is aggregated into (as
+/// cert-manager and kubebuilder's scaffolds do): a namespace's `view`, `edit` and `admin`
+/// RoleBindings then cover the operator's kinds too.
+const USER_ROLES: [(&str, &str, &[&str]); 3] = [
+    ("viewer", "view", &["get", "list", "watch"]),
+    (
+        "editor",
+        "edit",
+        &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ],
+    ),
+    (
+        "admin",
+        "admin",
+        &[
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ],
+    ),
+];
+
+/// The viewer, editor and admin ClusterRoles of every kind, as one YAML stream. `name_prefix`
+/// goes before each name (`""` where kustomize adds its own prefix, a Helm expression in the
+/// chart) and `labels` are extra metadata lines (e.g. the chart's labels template).
+pub fn user_roles(name_prefix: &str, labels: &str) -> String {
+    let mut yaml = String::from(
+        "# Generated from the CRDs by `make manifests`: viewer, editor and admin roles per kind,\n\
+         # aggregated into the built-in view, edit and admin ClusterRoles.\n",
+    );
+    for crd in app_operator_api::crds() {
+        let (group, plural) = (&crd.spec.group, &crd.spec.names.plural);
+        let kind = crd.spec.names.kind.to_lowercase();
+        for (role, aggregate_to, verbs) in USER_ROLES {
+            yaml.push_str(&format!(
+                "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  \
+                 name: {name_prefix}{kind}-{role}-role\n  labels:\n    \
+                 rbac.authorization.k8s.io/aggregate-to-{aggregate_to}: \"true\"\n{labels}\
+                 rules:\n- apiGroups:\n  - {group}\n  resources:\n  - {plural}\n  verbs:\n{}\
+                 - apiGroups:\n  - {group}\n  resources:\n  - {plural}/status\n  verbs:\n  - get\n",
+                verbs
+                    .iter()
+                    .map(|verb| format!("  - {verb}\n"))
+                    .collect::<String>()
+            ));
+        }
+    }
+    yaml
+}
+
+/// The per-kind user roles: for kustomize (which prefixes names) and for the chart.
+pub fn user_role_files() -> [(&'static str, String); 2] {
+    [
+        ("config/rbac/user_roles.yaml", user_roles("", "")),
+        (
+            "charts/app-operator/templates/user-roles.yaml",
+            user_roles(
+                "{{ include \"app-operator.fullname\" . }}-",
+                "    {{- include \"app-operator.labels\" . | nindent 4 }}\n",
+            ),
+        ),
+    ]
+}

@@ -155,9 +155,12 @@ async fn kubectl_scale_works_and_a_negative_size_is_rejected() {
         &ns.name,
     ]);
     settled(&ns, "appcluster-sample", 4).await;
-    let columns = kubectl_ok(&["get", "appcluster", "appcluster-sample", "-n", &ns.name]);
+    let columns = kubectl_ok(&["get", "appc", "appcluster-sample", "-n", &ns.name]);
     assert!(
-        columns.contains("SIZE") && columns.contains("READY"),
+        ["SIZE", "READY PODS", "READY", "STATUS", "AGE"]
+            .iter()
+            .all(|column| columns.contains(column))
+            && columns.contains("True"),
         "{columns}"
     );
 

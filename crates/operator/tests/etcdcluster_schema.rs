@@ -61,8 +61,16 @@ async fn the_seed_manifests_apply_unchanged_and_kubectl_shows_the_columns() {
     // Step 8: the same file with size 2.
     let (ok, out) = apply(&ns, &SEED_MANIFEST.replace("size: 1", "size: 2"));
     assert!(ok && out.contains("configured"), "{out}");
-    let table = testkit::kubectl_ok(&["get", "etcd", "-n", &ns.name]);
-    for column in ["SIZE", "READY", "VERSION", "PHASE", "AGE"] {
+    let table = testkit::kubectl_ok(&["get", "etcd", "-n", &ns.name, "-o", "wide"]);
+    for column in [
+        "SIZE",
+        "READY MEMBERS",
+        "VERSION",
+        "READY",
+        "STATUS",
+        "PHASE",
+        "AGE",
+    ] {
         assert!(table.contains(column), "no {column} column: {table}");
     }
     let spec = testkit::kubectl_ok(&[

@@ -41,6 +41,15 @@ fn config_crd_and_the_chart_match_the_generated_manifests() {
         app_operator::manifests::chart_rules(&role),
         "the chart's ClusterRole rules are stale: run `make manifests`"
     );
+    for (file, generated) in app_operator::manifests::user_role_files() {
+        let committed =
+            std::fs::read_to_string(format!("{}/../../{file}", env!("CARGO_MANIFEST_DIR")))
+                .unwrap_or_default();
+        assert!(
+            committed == generated,
+            "{file} is stale: run `make manifests`"
+        );
+    }
     let output = Command::new(env!("CARGO_BIN_EXE_app-operator"))
         .arg("crds")
         .output()
@@ -56,61 +65,69 @@ fn config_crd_and_the_chart_match_the_generated_manifests() {
     );
 }
 
-/// Every metric the alert rules use is one the operator exports (a renamed metric would leave
-/// an alert that can never fire).
+/// What `kubectl get`, `kubectl get -o wide` and `kubectl explain` show for every kind: a root
+/// description written for people, a short name, the `app-operator` category (`kubectl get
+/// app-operator`), and for kinds with conditions the Ready condition's status and message.
 #[test]
-fn the_alert_rules_name_only_exported_metrics() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../config/prometheus/alerts.yaml"
-    );
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    // A family is exposed once it has a series: record one of each the alerts could use.
-    let metrics = app_operator::telemetry::metrics::Metrics::default();
-    metrics.reconcile_finished("sampledb", Some("Conflict"));
-    for backups in [&metrics.sampledb_backups, &metrics.etcd_backups] {
-        backups.finished("ns", "db", "failed");
-        backups.set_last_success("ns", "db", 1);
-    }
-    metrics.set_etcd_snapshot_size("ns", "etcd", 1);
-    metrics.set_etcd_cluster("ns", "etcd", [1, 1, 0, 0], true);
-    metrics.cleanup_skipped("sampledb", "NamespaceTerminating");
-    let exposition = metrics.encode().unwrap();
-    // `# TYPE <family> <kind>`: counters are sampled as `<family>_total`.
-    let exported: Vec<String> = exposition
-        .lines()
-        .filter_map(|line| line.strip_prefix("# TYPE "))
-        .flat_map(|rest| {
-            let mut words = rest.split(' ');
-            let family = words.next().unwrap_or_default().to_owned();
-            match words.next() {
-                Some("counter") => vec![format!("{family}_total")],
-                Some("histogram") => ["_bucket", "_sum", "_count"]
-                    .map(|suffix| format!("{family}{suffix}"))
-                    .to_vec(),
-                _ => vec![family],
-            }
-        })
-        .collect();
-    let mut checked = 0;
-    for group in rules["spec"]["groups"].as_sequence().unwrap() {
-        for rule in group["rules"].as_sequence().unwrap() {
-            let expr = rule["expr"].as_str().unwrap();
-            let names = expr
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .filter(|word| {
-                    word.starts_with("app_operator_") || word.starts_with("controller_runtime_")
-                });
-            for name in names {
+fn every_kind_reads_well_in_kubectl() {
+    for crd in app_operator::api::crds() {
+        let kind = &crd.spec.names.kind;
+        let version = &crd.spec.versions[0];
+        let schema = version
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .unwrap();
+        let description = schema.description.as_deref().unwrap_or_default();
+        assert!(
+            description.starts_with(kind.as_str()) && description.len() > 60,
+            "kubectl explain {kind} opens with {description:?}"
+        );
+        assert!(
+            crd.spec
+                .names
+                .short_names
+                .as_ref()
+                .is_some_and(|s| !s.is_empty()),
+            "{kind} has no short name"
+        );
+        assert!(
+            crd.spec
+                .names
+                .categories
+                .as_ref()
+                .is_some_and(|c| c.iter().any(|c| c == "app-operator")),
+            "{kind} is not in the app-operator category"
+        );
+        let columns = version
+            .additional_printer_columns
+            .clone()
+            .unwrap_or_default();
+        let has_conditions = schema
+            .properties
+            .as_ref()
+            .and_then(|p| p.get("status"))
+            .and_then(|status| status.properties.as_ref())
+            .is_some_and(|p| p.contains_key("conditions"));
+        if has_conditions {
+            for (name, field) in [("Ready", "status"), ("Status", "message")] {
+                let path = format!(".status.conditions[?(@.type==\"Ready\")].{field}");
                 assert!(
-                    exported.iter().any(|e| e == name),
-                    "alert {} uses {name}, which the operator does not export",
-                    rule["alert"].as_str().unwrap_or_default()
+                    columns
+                        .iter()
+                        .any(|c| c.name == name && c.json_path == path),
+                    "{kind} has no {name} column showing {path}"
                 );
-                checked += 1;
             }
+            assert!(
+                columns.iter().any(|c| c.priority == Some(1)),
+                "{kind} shows nothing more with -o wide"
+            );
         }
+        assert_eq!(
+            columns.last().map(|c| c.name.as_str()),
+            Some("Age"),
+            "{kind}: Age is the last column, as kubectl's built-in kinds have it"
+        );
     }
-    assert!(checked >= 5, "only {checked} metric references found");
 }

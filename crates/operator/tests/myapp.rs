@@ -439,6 +439,14 @@ async fn a_child_refused_as_invalid_waits_for_a_change_of_the_myapp() {
         "{}",
         degraded.message
     );
+    // `kubectl get` tells the failing MyApp from a healthy one.
+    let table = testkit::kubectl_ok(&["get", "mya", "refused", "-n", &ns.name]);
+    let header = table.lines().next().unwrap_or_default();
+    let row = table.lines().nth(1).unwrap_or_default();
+    assert!(
+        header.contains("READY") && header.contains("STATUS") && row.contains("False"),
+        "{table}"
+    );
     let warnings = ns.api::<k8s_openapi::api::events::v1::Event>();
     eventually(TIMEOUT, "a Warning event", || async {
         let list = warnings.list(&ListParams::default()).await.ok()?;

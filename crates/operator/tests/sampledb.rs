@@ -206,11 +206,15 @@ async fn a_new_database_gets_its_volumes_then_its_init_job_and_settles() {
     assert_eq!(pod.containers[0].image.as_deref(), Some("postgres:15.8"));
 
     for resource in ["SampleDB", "sdb"] {
-        let table = kubectl_ok(&["get", resource, "-n", &ns.name]);
-        for column in ["VERSION", "PHASE", "READY", "LAST BACKUP", "AGE"] {
+        let table = kubectl_ok(&["get", resource, "-n", &ns.name, "-o", "wide"]);
+        for column in ["VERSION", "READY", "STATUS", "PHASE", "LAST BACKUP", "AGE"] {
             assert!(table.contains(column), "no {column} in: {table}");
         }
-        assert!(table.contains("15.8") && table.contains("Ready"), "{table}");
+        // The Ready condition's status, and the phase.
+        assert!(
+            table.contains("15.8") && table.contains("True") && table.contains("Ready"),
+            "{table}"
+        );
     }
 
     // Converged: a reconcile (an annotation triggers one) writes nothing.

@@ -1,7 +1,7 @@
 //! The status an EtcdCluster should have, from what etcd said and the plan decided. Member health
 //! is etcd's (answered its status endpoint and knows a leader), not Pod readiness.
 
-use app_operator_api::conditions::{DEGRADED, PROGRESSING};
+use app_operator_api::conditions::{DEGRADED, PROGRESSING, READY};
 use app_operator_api::etcdcluster::{EtcdClusterPhase, MembersStatus};
 use app_operator_api::{EtcdCluster, EtcdClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -195,6 +195,11 @@ pub fn status(
         current_version: current_version.map(ToString::to_string),
         target_version,
         conditions: [
+            ready(
+                &available_condition,
+                &progressing_condition,
+                &degraded_condition,
+            ),
             available_condition,
             progressing_condition,
             degraded_condition,
@@ -205,6 +210,32 @@ pub fn status(
         observed_generation: cluster.metadata.generation,
         selector: Some(selector(&cluster.metadata.name.clone().unwrap_or_default())),
         restore: previous.restore.clone(),
+    }
+}
+
+/// `Ready` (what `kubectl wait` and the printer columns read): available, settled and not
+/// degraded; otherwise the reason and message of the first of those that does not hold.
+fn ready<'a>(
+    available: &conditions::Desired<'a>,
+    progressing: &conditions::Desired<'a>,
+    degraded: &conditions::Desired<'a>,
+) -> conditions::Desired<'a> {
+    let holding_back = [(available, false), (progressing, true), (degraded, true)]
+        .into_iter()
+        .find(|(condition, blocking)| condition.status == *blocking);
+    match holding_back {
+        None => conditions::Desired {
+            type_: READY,
+            status: true,
+            reason: "ClusterReady",
+            message: available.message.clone(),
+        },
+        Some((condition, _)) => conditions::Desired {
+            type_: READY,
+            status: false,
+            reason: condition.reason,
+            message: condition.message.clone(),
+        },
     }
 }
 
@@ -293,6 +324,10 @@ mod tests {
             ("False".into(), "Settled".into())
         );
         assert_eq!(reason(&status, DEGRADED).0, "False");
+        assert_eq!(
+            reason(&status, READY),
+            ("True".into(), "ClusterReady".into())
+        );
         assert_eq!(status.current_version.as_deref(), Some("3.6.16"));
         assert_eq!(status.target_version, None);
         assert_eq!(status.selector.as_deref(), Some("app=etcd,etcd_cluster=db"));
@@ -309,6 +344,10 @@ mod tests {
             ("True".into(), "MembersUnreachable".into())
         );
         assert_eq!(status.members.unready, ["db-3"]);
+        assert_eq!(
+            reason(&status, READY),
+            ("False".into(), "MembersUnreachable".into())
+        );
     }
 
     #[test]
@@ -335,6 +374,10 @@ mod tests {
         assert_eq!(
             reason(&status, DEGRADED),
             ("True".into(), "QuorumLost".into())
+        );
+        assert_eq!(
+            reason(&status, READY),
+            ("False".into(), "QuorumLost".into())
         );
     }
 
