@@ -1,6 +1,11 @@
 # kubebuilder's target names; each delegates to cargo / cargo xtask (Rust), nothing long in shell.
 .DEFAULT_GOAL := help
 CARGO ?= cargo
+# install/uninstall/deploy/undeploy act with $(KUBECTL) on the cluster of KUBECONFIG (else
+# ~/.kube/config, else the local control plane); deploy and build-installer set the image $(IMG).
+KUBECTL ?= kubectl
+IMG ?= app-operator:latest
+export KUBECTL IMG
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,17 +23,20 @@ lint: ## cargo fmt --check and clippy -D warnings
 manifests: ## Regenerate config/crd from the Rust types
 	$(CARGO) xtask manifests
 
-install: ## Install the CRDs into the cluster of KUBECONFIG (default: the local control plane)
+install: ## Install the CRDs into the cluster of KUBECONFIG (says which; local control plane if none)
 	$(CARGO) xtask install
 
 uninstall: ## Remove the CRDs from that cluster
 	$(CARGO) xtask uninstall
 
-deploy: ## Deploy the operator to the cluster of KUBECONFIG (kubectl apply -k config/default)
-	$(CARGO) xtask kubectl apply -k config/default
+deploy: ## Deploy the operator with image IMG to that cluster (config/default)
+	$(CARGO) xtask deploy
 
 undeploy: ## Remove the deployed operator (and its CRDs) from that cluster
-	$(CARGO) xtask kubectl delete --ignore-not-found -k config/default
+	$(CARGO) xtask undeploy
+
+build-installer: ## Write dist/install.yaml (CRDs, RBAC, Deployment with image IMG) for kubectl apply -f
+	$(CARGO) xtask build-installer
 
 image: ## Static binary in a one-layer OCI image archive (target/app-operator-image.tar), no Docker needed
 	$(CARGO) xtask image
@@ -46,4 +54,4 @@ cluster-down: ## Stop every process of the local control plane and remove its st
 tools: ## Build (or find cached) the pinned upstream binaries
 	$(CARGO) xtask tools
 
-.PHONY: help run test lint manifests install uninstall deploy undeploy image bench cluster-up cluster-down tools
+.PHONY: help run test lint manifests install uninstall deploy undeploy build-installer image bench cluster-up cluster-down tools

@@ -5,6 +5,7 @@
 
 mod cluster;
 mod error;
+pub mod install;
 mod kubeconfig;
 mod pki;
 mod process;

@@ -12,6 +12,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use local_cluster::install::{self, Target, UserEnv};
 use testkit::{kubectl_ok, tools};
 
 const POSTURE: [&str; 9] = [
@@ -49,17 +50,7 @@ fn the_kustomize_deployment_passes_a_server_side_dry_run() {
         assert!(output.contains(object), "{object} missing from:\n{output}");
     }
     let rendered = kubectl_ok(&["kustomize", default]);
-    for posture in [
-        "runAsNonRoot: true",
-        "readOnlyRootFilesystem: true",
-        "allowPrivilegeEscalation: false",
-        "type: RuntimeDefault",
-        "- ALL",
-        "--leader-elect",
-        "--metrics-secure",
-        "terminationGracePeriodSeconds: 10",
-        "podAntiAffinity",
-    ] {
+    for posture in POSTURE {
         assert!(rendered.contains(posture), "config/default lacks {posture}");
     }
 }
@@ -125,4 +116,151 @@ fn the_helm_chart_lints_and_its_render_passes_a_server_side_dry_run() {
         applied.contains("deployment.apps/demo-app-operator created (server dry run)"),
         "{applied}"
     );
+}
+
+/// `KUBECONFIG=<another cluster> IMG=<image> make deploy` deploys there, with that image, and
+/// leaves the suite's own control plane alone; `make build-installer` renders the same objects.
+#[test]
+fn deploy_acts_on_the_cluster_of_kubeconfig_with_the_image_of_img() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let state =
+        local_cluster::repo_root().join(format!("target/deploy-test-{}", std::process::id()));
+    let layout = local_cluster::Layout {
+        state_dir: state.join("cluster"),
+    };
+    let other = runtime
+        .block_on(local_cluster::Cluster::up(
+            &layout,
+            tools(),
+            &local_cluster::ClusterOptions::default(),
+        ))
+        .unwrap();
+    let img = "registry.example:5000/team/app-operator:v9";
+    let user = UserEnv {
+        kubeconfig: Some(other.kubeconfig.clone().into_os_string()),
+        img: Some(img.into()),
+        ..UserEnv::default()
+    };
+    let target = Target::resolve(&user, &local_cluster::Layout::default(), || {
+        Ok(tools().clone())
+    })
+    .unwrap();
+    let repo = local_cluster::repo_root();
+    let work = state.join("deploy");
+    let described = target.describe().unwrap();
+    let deployed = install::deploy(&target, &repo, &work);
+    let installer = install::installer(&target, &repo, &work);
+    let in_other = target.run(&[
+        "get",
+        "deployment",
+        "-n",
+        "app-operator-system",
+        "app-operator-controller-manager",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].imagePullPolicy}",
+    ]);
+    let kubeconfig = std::fs::read_to_string(&other.kubeconfig).unwrap();
+    local_cluster::Cluster::down(&layout).unwrap();
+    std::fs::remove_dir_all(&state).unwrap();
+
+    let server = kubeconfig
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("server: "))
+        .unwrap();
+    assert!(described.contains(server), "{described} is not {server}");
+    let deployed = deployed.unwrap();
+    assert!(
+        deployed.contains("deployment.apps/app-operator-controller-manager serverside-applied"),
+        "{deployed}"
+    );
+    assert_eq!(in_other.unwrap(), format!("{img} IfNotPresent"));
+    let untouched = testkit::kubectl(&[
+        "get",
+        "deployment",
+        "-n",
+        "app-operator-system",
+        "app-operator-controller-manager",
+    ]);
+    assert!(
+        !untouched.status.success(),
+        "the suite's control plane got the Deployment too"
+    );
+    let installer = installer.unwrap();
+    assert!(
+        installer.contains(&format!("image: {img}"))
+            && installer.contains("kind: CustomResourceDefinition"),
+        "dist/install.yaml would lack the image or the CRDs"
+    );
+}
+
+/// `kubectl auth can-i` for `user` in `namespace`: `yes` or `no`.
+fn can_i(user: &str, verb: &str, resource: &str, namespace: &str) -> String {
+    let output = testkit::kubectl(&[
+        "auth", "can-i", verb, resource, "-n", namespace, "--as", user,
+    ]);
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// The per-kind roles are aggregated into the built-in ones: a namespace's `edit` user may create
+/// a MyApp (and the other kinds), a `view` user may read them but not create one.
+#[test]
+fn namespace_edit_users_create_the_operators_kinds_and_view_users_only_read_them() {
+    let roles = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/rbac/user_roles.yaml"
+    );
+    kubectl_ok(&["apply", "--server-side", "-f", roles]);
+    let namespace = format!("user-roles-{}", std::process::id());
+    kubectl_ok(&["create", "namespace", &namespace]);
+    for (role, user) in [("edit", "alice"), ("view", "bob")] {
+        kubectl_ok(&[
+            "create",
+            "rolebinding",
+            user,
+            "--clusterrole",
+            role,
+            "--user",
+            user,
+            "-n",
+            &namespace,
+        ]);
+    }
+    let resources = [
+        "myapps.example.com",
+        "appclusters.demo.demo.io",
+        "samples.example.com",
+        "etcdclusters.etcd.database.coreos.com",
+        "etcdbackups.etcd.database.coreos.com",
+        "sampledbs.db.example.com",
+    ];
+    // The controller manager aggregates the rules a moment after the roles exist.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let answers = loop {
+        let answers: Vec<(String, String, String, String)> = resources
+            .iter()
+            .map(|resource| {
+                (
+                    resource.to_string(),
+                    can_i("alice", "create", resource, &namespace),
+                    can_i("bob", "create", resource, &namespace),
+                    can_i("bob", "list", resource, &namespace),
+                )
+            })
+            .collect();
+        let expected = answers.iter().all(|(_, alice, bob_create, bob_list)| {
+            (alice.as_str(), bob_create.as_str(), bob_list.as_str()) == ("yes", "no", "yes")
+        });
+        if expected || std::time::Instant::now() > deadline {
+            break answers;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    kubectl_ok(&["delete", "namespace", &namespace, "--wait=false"]);
+    for (resource, alice, bob_create, bob_list) in answers {
+        assert_eq!(
+            (alice.as_str(), bob_create.as_str(), bob_list.as_str()),
+            ("yes", "no", "yes"),
+            "{resource}: edit user create, view user create, view user list"
+        );
+    }
 }
