@@ -3,13 +3,13 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 /// `(file name, YAML)` for every CRD, e.g. `example.com_myapps.yaml`.
-pub fn crd_files() -> Result<Vec<(String, String)>, serde_yaml::Error> {
+pub fn crd_files() -> Result<Vec<(String, String)>, serde_norway::Error> {
     app_operator_api::crds().iter().map(crd_file).collect()
 }
 
-fn crd_file(crd: &CustomResourceDefinition) -> Result<(String, String), serde_yaml::Error> {
+fn crd_file(crd: &CustomResourceDefinition) -> Result<(String, String), serde_norway::Error> {
     let name = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
-    Ok((name, format!("---\n{}", serde_yaml::to_string(crd)?)))
+    Ok((name, format!("---\n{}", serde_norway::to_string(crd)?)))
 }
 
 /// The Helm chart's copy of the manager ClusterRole's rules: everything after `rules:` in

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 const RUNBOOKS_URL: &str =
     "https://github.com/app-operator/app-operator/blob/main/docs/runbooks.md#";
@@ -33,7 +33,7 @@ fn read(path: &str) -> String {
 
 /// The PrometheusRule's `spec`: a plain Prometheus rule file (`groups:`).
 fn rule_file() -> Value {
-    let rule: Value = serde_yaml::from_str(&read("config/prometheus/alerts.yaml")).unwrap();
+    let rule: Value = serde_norway::from_str(&read("config/prometheus/alerts.yaml")).unwrap();
     assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"));
     rule["spec"].clone()
 }
@@ -79,7 +79,7 @@ fn the_alerts_pass_promtool_check_and_their_unit_tests() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("alerts.rules.yaml"),
-        serde_yaml::to_string(&rules).unwrap(),
+        serde_norway::to_string(&rules).unwrap(),
     )
     .unwrap();
     let tests = read("config/prometheus/alerts_test.yaml");
@@ -95,7 +95,7 @@ fn the_alerts_pass_promtool_check_and_their_unit_tests() {
     std::fs::remove_dir_all(&dir).unwrap();
 
     // Every alert has a unit test in which it fires.
-    let tests: Value = serde_yaml::from_str(&tests).unwrap();
+    let tests: Value = serde_norway::from_str(&tests).unwrap();
     assert_eq!(
         tests["rule_files"].as_sequence().unwrap()[0].as_str(),
         Some("alerts.rules.yaml")

@@ -579,7 +579,7 @@ async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
     let role_text = std::fs::read_to_string(role).unwrap();
     assert!(!role_text.contains('*'), "the ClusterRole has a wildcard");
     // Of Secrets, only `create` (a SampleDB's generated credentials): never reading one.
-    let rules: serde_json::Value = serde_yaml::from_str(&role_text).unwrap();
+    let rules: serde_json::Value = serde_norway::from_str(&role_text).unwrap();
     for rule in rules["rules"].as_array().unwrap() {
         if rule["resources"]
             .as_array()
