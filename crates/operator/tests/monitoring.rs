@@ -278,10 +278,8 @@ fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
     metrics.set_leader("app-operator", true);
     metrics.api_request(&http::Method::GET, None);
     metrics.controller_started("myapp", 1);
-    metrics.workqueue.started("myapp");
     metrics.workqueue.retried("myapp");
-    drop(metrics.reconcile_started("myapp"));
-    drop(metrics.workqueue.processing("myapp", "ns/app"));
+    drop(metrics.reconcile_started("myapp", "ns/app"));
     let exposition = metrics.encode().unwrap();
     // `# TYPE <family> <kind>`: counters are sampled as `<family>_total`.
     let exported: BTreeSet<String> = exposition

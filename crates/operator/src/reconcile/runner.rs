@@ -189,7 +189,6 @@ impl<K: Cached + serde::Serialize> Runner<K> {
         } = self;
         let metrics = settings.metrics.clone();
         metrics.controller_started(name, settings.concurrency);
-        metrics.workqueue.started(name);
         let context = Arc::new(Context {
             reconciler,
             shared: Shared::new(name, &settings),
@@ -383,11 +382,9 @@ async fn reconcile<R: Reconciler>(
         // A cache still listing looks like missing children: acting on it creates duplicates.
         context.readiness.wait_synced(shared.controller).await;
         let object_key = key(object.as_ref());
-        let _timer = shared.metrics.reconcile_started(shared.controller);
-        let _work = shared
+        let _timer = shared
             .metrics
-            .workqueue
-            .processing(shared.controller, &object_key);
+            .reconcile_started(shared.controller, &object_key);
         let result = match &object.0 {
             Err(invalid) => {
                 shared.report_invalid(object.as_ref(), &invalid.error).await;

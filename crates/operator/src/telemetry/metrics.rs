@@ -147,7 +147,7 @@ impl Default for Metrics {
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
             leader_election_master_status.clone(),
         );
-        registry.register_collector(Box::new(super::process::ProcessCollector));
+        registry.register_collector(Box::new(super::process::ProcessCollector::new()));
         registry.register(
             "rest_client_requests",
             "Number of HTTP requests to the API server, partitioned by method and status code",
@@ -311,11 +311,13 @@ impl BackupMetrics {
     }
 }
 
-/// Measures one reconcile: counts it as an active worker and observes its duration when dropped.
+/// Measures one reconcile: counts it as an active worker and as work taken from the queue, and
+/// observes its duration when dropped.
 pub struct ReconcileTimer<'a> {
     metrics: &'a Metrics,
     controller: &'static str,
     started: Instant,
+    _work: super::workqueue::Processing<'a>,
 }
 
 impl Drop for ReconcileTimer<'_> {
@@ -338,9 +340,11 @@ impl Metrics {
             .get_or_create(&labels)
             .set(i64::from(concurrency));
         self.active_workers.get_or_create(&labels).set(0);
+        self.workqueue.started(controller);
     }
 
-    pub fn reconcile_started(&self, controller: &'static str) -> ReconcileTimer<'_> {
+    /// A reconcile of the object `key` (`namespace/name`) starts.
+    pub fn reconcile_started(&self, controller: &'static str, key: &str) -> ReconcileTimer<'_> {
         self.active_workers
             .get_or_create(&ControllerLabels { controller })
             .inc();
@@ -348,6 +352,7 @@ impl Metrics {
             metrics: self,
             controller,
             started: Instant::now(),
+            _work: self.workqueue.processing(controller, key),
         }
     }
 

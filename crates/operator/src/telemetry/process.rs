@@ -10,7 +10,18 @@ use prometheus_client::metrics::gauge::ConstGauge;
 const TICKS_PER_SECOND: f64 = 100.0;
 
 #[derive(Debug)]
-pub struct ProcessCollector;
+pub struct ProcessCollector {
+    /// Read once: a process's start time does not change.
+    start_time_seconds: Option<f64>,
+}
+
+impl ProcessCollector {
+    pub fn new() -> ProcessCollector {
+        ProcessCollector {
+            start_time_seconds: start_time_seconds(),
+        }
+    }
+}
 
 /// `VmRSS` from `/proc/self/status`, in bytes.
 fn resident_memory_bytes() -> Option<i64> {
@@ -59,45 +70,47 @@ fn open_fds() -> Option<i64> {
     i64::try_from(count).ok()
 }
 
+/// Encodes `metric` as the family `name`, when there is a value (a `/proc` file may be unreadable).
+fn encode_one(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric: Option<impl EncodeMetric>,
+) -> Result<(), std::fmt::Error> {
+    match metric {
+        Some(metric) => {
+            metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+        }
+        None => Ok(()),
+    }
+}
+
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        if let Some(bytes) = resident_memory_bytes() {
-            let gauge = ConstGauge::new(bytes);
-            gauge.encode(encoder.encode_descriptor(
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
-                None,
-                gauge.metric_type(),
-            )?)?;
-        }
-        if let Some(seconds) = cpu_seconds() {
-            let counter = ConstCounter::new(seconds);
-            counter.encode(encoder.encode_descriptor(
-                "process_cpu_seconds",
-                "Total user and system CPU time spent in seconds.",
-                None,
-                counter.metric_type(),
-            )?)?;
-        }
-        if let Some(seconds) = start_time_seconds() {
-            let gauge = ConstGauge::new(seconds);
-            gauge.encode(encoder.encode_descriptor(
-                "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds.",
-                None,
-                gauge.metric_type(),
-            )?)?;
-        }
-        if let Some(fds) = open_fds() {
-            let gauge = ConstGauge::new(fds);
-            gauge.encode(encoder.encode_descriptor(
-                "process_open_fds",
-                "Number of open file descriptors.",
-                None,
-                gauge.metric_type(),
-            )?)?;
-        }
-        Ok(())
+        encode_one(
+            &mut encoder,
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            resident_memory_bytes().map(ConstGauge::new),
+        )?;
+        encode_one(
+            &mut encoder,
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds.",
+            cpu_seconds().map(ConstCounter::new),
+        )?;
+        encode_one(
+            &mut encoder,
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            self.start_time_seconds.map(ConstGauge::new),
+        )?;
+        encode_one(
+            &mut encoder,
+            "process_open_fds",
+            "Number of open file descriptors.",
+            open_fds().map(ConstGauge::new),
+        )
     }
 }
 

@@ -98,7 +98,7 @@ impl WorkQueueMetrics {
     }
 
     /// A controller's queue exists (and is reported, empty) from its start.
-    pub fn started(&self, controller: &'static str) {
+    pub(super) fn started(&self, controller: &'static str) {
         self.queues.lock().entry(controller).or_default();
         self.adds
             .get_or_create(&QueueLabels::of(controller))
@@ -129,7 +129,7 @@ impl WorkQueueMetrics {
     /// A reconcile of `key` starts; it ends when the returned value is dropped. An object not seen
     /// waiting came back from a requeue the scheduler held (controller-runtime's `AddAfter`): it
     /// counts as an add that did not wait.
-    pub fn processing(&self, controller: &'static str, key: &str) -> Processing<'_> {
+    pub(super) fn processing(&self, controller: &'static str, key: &str) -> Processing<'_> {
         let labels = QueueLabels::of(controller);
         let mut queues = self.queues.lock();
         let queue = queues.entry(controller).or_default();
