@@ -401,11 +401,12 @@ async fn run_operator() -> Result<ExitCode> {
         println!("started the local control plane; stop it with `make cluster-down`");
     }
     let kubeconfig = layout.kubeconfig();
-    install(&Target {
+    let local = Target {
         kubectl: tools.bin("kubectl"),
         kubeconfig: Some(kubeconfig.clone().into_os_string()),
         img: local_cluster::install::DEFAULT_IMG.to_owned(),
-    })?;
+    };
+    install(&local)?;
     let built = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "-p", "app-operator"])
         .status()?;
@@ -447,12 +448,14 @@ async fn run_operator() -> Result<ExitCode> {
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    kubectl(&tools, &kubeconfig)
+    local
+        .kubectl()
         .args(["apply", "-k"])
         .arg(repo().join("config/samples"))
         .status()?;
     std::thread::sleep(std::time::Duration::from_secs(5));
-    kubectl(&tools, &kubeconfig)
+    local
+        .kubectl()
         .args([
             "get",
             "myapps,appclusters,samples,etcdclusters,etcdbackups,sampledbs,deployments,statefulsets,services,horizontalpodautoscalers,persistentvolumeclaims,jobs,pods",
@@ -504,12 +507,6 @@ pub fn http_get(address: &str, path: &str) -> Option<String> {
             .map(|(_, body)| body.to_owned())
             .unwrap_or_default()
     })
-}
-
-fn kubectl(tools: &Tools, kubeconfig: &Path) -> Command {
-    let mut command = Command::new(tools.bin("kubectl"));
-    command.env("KUBECONFIG", kubeconfig);
-    command
 }
 
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {

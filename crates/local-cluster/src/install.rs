@@ -59,7 +59,7 @@ impl Target {
     ) -> Result<Target, Error> {
         let home_config = env.home.as_ref().map(|h| h.join(".kube/config"));
         let kubeconfig = match (&env.kubeconfig, home_config) {
-            (Some(_), _) => None,
+            (Some(kubeconfig), _) => Some(kubeconfig.clone()),
             (None, Some(config)) if config.exists() => None,
             (None, _) if !local.running().is_empty() => Some(local.kubeconfig().into_os_string()),
             // Nothing configured: `describe` says so before any target acts on a cluster.
@@ -84,7 +84,7 @@ impl Target {
         let img = env.img.clone().unwrap_or_else(|| DEFAULT_IMG.to_owned());
         Ok(Target {
             kubectl,
-            kubeconfig: kubeconfig.or_else(|| env.kubeconfig.clone()),
+            kubeconfig,
             img,
         })
     }
