@@ -10,45 +10,32 @@
 
 use std::process::Command;
 
+fn repo_file(file: &str) -> String {
+    format!("{}/../../{file}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The committed `file` (relative to the repository) is what `make manifests` generates.
+fn assert_current(file: &str, generated: &str) {
+    let committed = std::fs::read_to_string(repo_file(file)).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{file} is stale: run `make manifests`"
+    );
+}
+
 #[test]
 fn config_crd_and_the_chart_match_the_generated_manifests() {
     let files = app_operator::manifests::crd_files().unwrap();
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/crd/bases");
     for (name, generated) in &files {
-        let committed = std::fs::read_to_string(format!("{dir}/{name}")).unwrap_or_default();
-        assert!(
-            committed == *generated,
-            "config/crd/bases/{name} is stale: run `make manifests`"
-        );
+        for dir in ["config/crd/bases", "charts/app-operator/crds"] {
+            assert_current(&format!("{dir}/{name}"), generated);
+        }
     }
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../../charts/app-operator");
-    for (name, generated) in &files {
-        let committed = std::fs::read_to_string(format!("{chart}/crds/{name}")).unwrap_or_default();
-        assert!(
-            committed == *generated,
-            "charts/app-operator/crds/{name} is stale: run `make manifests`"
-        );
-    }
-    let role = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../config/rbac/role.yaml"
-    ))
-    .unwrap();
-    let rules = std::fs::read_to_string(format!("{chart}/files/manager-role-rules.yaml"))
-        .unwrap_or_default();
-    assert_eq!(
-        Some(rules),
-        app_operator::manifests::chart_rules(&role),
-        "the chart's ClusterRole rules are stale: run `make manifests`"
-    );
+    let role = std::fs::read_to_string(repo_file("config/rbac/role.yaml")).unwrap();
+    let rules = app_operator::manifests::chart_rules(&role).unwrap();
+    assert_current("charts/app-operator/files/manager-role-rules.yaml", &rules);
     for (file, generated) in app_operator::manifests::user_role_files() {
-        let committed =
-            std::fs::read_to_string(format!("{}/../../{file}", env!("CARGO_MANIFEST_DIR")))
-                .unwrap_or_default();
-        assert!(
-            committed == generated,
-            "{file} is stale: run `make manifests`"
-        );
+        assert_current(file, &generated);
     }
     let output = Command::new(env!("CARGO_BIN_EXE_app-operator"))
         .arg("crds")
