@@ -366,7 +366,7 @@ impl EtcdClusterReconciler {
                 )
             }
             Step::ReplaceDead { id, name } => {
-                etcd.remove(endpoints, *id)
+                etcd.remove(&self.removal_endpoints(context, endpoints, name), *id)
                     .await
                     .map_err(etcd_error("remove a dead member"))?;
                 let note = format!(
@@ -402,7 +402,7 @@ impl EtcdClusterReconciler {
                 )
             }
             Step::RemoveMember { id, name } => {
-                etcd.remove(endpoints, *id)
+                etcd.remove(&self.removal_endpoints(context, endpoints, name), *id)
                     .await
                     .map_err(etcd_error("remove a member"))?;
                 (
@@ -432,6 +432,25 @@ impl EtcdClusterReconciler {
             )
             .await;
         Ok(())
+    }
+
+    /// `endpoints` with member `name`'s own last: a member that applies its own removal shuts
+    /// down, often before it answers, which would turn a done removal into a failed call.
+    fn removal_endpoints(
+        &self,
+        context: &Context,
+        endpoints: &[String],
+        name: &str,
+    ) -> Vec<String> {
+        let own = self
+            .etcd
+            .addressing
+            .client_url(&context.name, &context.namespace, name);
+        let (own, others): (Vec<String>, Vec<String>) = endpoints
+            .iter()
+            .cloned()
+            .partition(|endpoint| *endpoint == own);
+        others.into_iter().chain(own).collect()
     }
 
     fn peer_url(&self, context: &Context, pod: &str) -> String {
