@@ -21,6 +21,19 @@ pub fn chart_rules(role_yaml: &str) -> Option<String> {
     ))
 }
 
+/// The Helm chart's copy of the alerts: the `spec` of `config/prometheus/alerts.yaml` (a
+/// PrometheusRule), dedented into a plain Prometheus rule file (`groups:`).
+pub fn chart_alert_groups(alerts_yaml: &str) -> Option<String> {
+    let (_, spec) = alerts_yaml.split_once("\nspec:\n")?;
+    let groups: String = spec
+        .lines()
+        .map(|line| format!("{}\n", line.strip_prefix("  ").unwrap_or(line)))
+        .collect();
+    Some(format!(
+        "# Generated from config/prometheus/alerts.yaml by `make manifests`.\n{groups}"
+    ))
+}
+
 /// Who may do what with one kind, and the built-in role that role is aggregated into (as
 /// cert-manager and kubebuilder's scaffolds do): a namespace's `view`, `edit` and `admin`
 /// RoleBindings then cover the operator's kinds too.

@@ -1,5 +1,5 @@
-//! The two ways to deploy the operator, kustomize and Helm, render objects the API server
-//! accepts (server-side dry run), with the security posture the issue asks for.
+//! The ways to deploy the operator (kustomize, the Helm chart, `make deploy`) render objects the
+//! API server accepts, with the security posture, values and permissions they promise.
 
 // Test code: a failed expectation is a failed test.
 #![allow(
@@ -12,6 +12,11 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+mod support;
+
+use app_operator::api::MyApp;
+use app_operator::manager::ControllerKind;
+use k8s_openapi::api::apps::v1::Deployment;
 use local_cluster::install::{self, Target, UserEnv};
 use testkit::{kubectl_ok, tools};
 
@@ -55,42 +60,56 @@ fn the_kustomize_deployment_passes_a_server_side_dry_run() {
     }
 }
 
-fn helm(args: &[&str]) -> String {
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../charts/app-operator");
+
+/// `helm` on the suite's control plane: its output, or what it said on failure.
+fn try_helm(args: &[&str]) -> Result<String, String> {
     let output = Command::new(tools().bin("helm"))
         .args(args)
+        .arg("--kubeconfig")
+        .arg(testkit::kubeconfig())
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "helm {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
 }
 
-#[test]
-fn the_helm_chart_lints_and_its_render_passes_a_server_side_dry_run() {
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../../charts/app-operator");
-    helm(&["lint", "--strict", chart]);
-    ensure_namespace("app-operator-helm");
-    let rendered = helm(&[
-        "template",
-        "demo",
-        chart,
-        "--namespace",
-        "app-operator-helm",
-        "--include-crds",
-        "--set",
-        "watchNamespace=apps",
-    ]);
-    for posture in POSTURE {
-        assert!(rendered.contains(posture), "the chart lacks {posture}");
+fn helm(args: &[&str]) -> String {
+    try_helm(args).unwrap_or_else(|error| panic!("helm {}: {error}", args.join(" ")))
+}
+
+/// The chart rendered as release `demo` in `namespace`, with `--set` values.
+fn render(namespace: &str, values: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec!["template", "demo", CHART, "--namespace", namespace];
+    for value in values {
+        args.extend(["--set", value]);
     }
-    assert!(
-        rendered.contains("--watch-namespace=apps"),
-        "values are not applied"
-    );
+    serde_norway::Deserializer::from_str(&helm(&args))
+        .map(|document| serde::Deserialize::deserialize(document).unwrap())
+        .filter(|object: &serde_json::Value| !object.is_null())
+        .collect()
+}
+
+fn find<'a>(objects: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the render"))
+}
+
+/// `objects` through `kubectl apply --dry-run=server`, except Helm hooks (which exist only while
+/// `helm test` runs, beside their own ServiceAccount).
+fn server_dry_run(objects: &[&serde_json::Value]) -> String {
+    let items: Vec<_> = objects
+        .iter()
+        .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"].is_null())
+        .collect();
+    // JSON, not YAML: a YAML writer may leave `yes` unquoted, which kubectl reads as a bool.
+    let stream =
+        serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": items }).to_string();
     let mut apply = Command::new(tools().bin("kubectl"))
         .args(["apply", "--dry-run=server", "-f", "-"])
         .env("KUBECONFIG", testkit::kubeconfig())
@@ -103,7 +122,7 @@ fn the_helm_chart_lints_and_its_render_passes_a_server_side_dry_run() {
         .stdin
         .take()
         .unwrap()
-        .write_all(rendered.as_bytes())
+        .write_all(stream.as_bytes())
         .unwrap();
     let output = apply.wait_with_output().unwrap();
     assert!(
@@ -111,11 +130,275 @@ fn the_helm_chart_lints_and_its_render_passes_a_server_side_dry_run() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let applied = String::from_utf8_lossy(&output.stdout);
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The defaults: the security posture, the image of the chart's appVersion (the operator's
+/// version), Helm's labels, cluster-wide RBAC; every object passes a server-side dry run.
+#[test]
+fn the_helm_chart_lints_and_its_defaults_pass_a_server_side_dry_run() {
+    helm(&["lint", "--strict", CHART]);
+    ensure_namespace("app-operator-helm");
+    let objects = render("app-operator-helm", &[]);
+    let rendered = serde_norway::to_string(&objects).unwrap();
+    for posture in POSTURE {
+        assert!(rendered.contains(posture), "the chart lacks {posture}");
+    }
+    let deployment = find(&objects, "Deployment", "demo-app-operator");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!("app-operator:{}", env!("CARGO_PKG_VERSION")),
+        "image.tag defaults to the appVersion, which is the operator's version"
+    );
+    assert_eq!(
+        deployment["metadata"]["labels"]["helm.sh/chart"],
+        "app-operator-0.1.0"
+    );
+    find(&objects, "ClusterRole", "demo-app-operator-manager-role");
+    assert!(
+        !objects.iter().any(|o| o["kind"] == "NetworkPolicy"
+            || o["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("monitoring.coreos.com"))),
+        "the optional objects are off by default"
+    );
+    let applied = server_dry_run(&objects.iter().collect::<Vec<_>>());
     assert!(
         applied.contains("deployment.apps/demo-app-operator created (server dry run)"),
         "{applied}"
     );
+}
+
+/// Every knob lands where it should; the ServiceMonitor scrapes the metrics Service's port, the
+/// PrometheusRule carries the alerts of config/prometheus, the NetworkPolicy opens the metrics
+/// port; a misspelt value fails before anything is installed.
+#[test]
+fn the_helm_charts_values_are_applied_and_checked() {
+    ensure_namespace("app-operator-helm");
+    let objects = render(
+        "app-operator-helm",
+        &[
+            "nameOverride=ops",
+            "serviceAccount.name=robot",
+            "serviceAccount.annotations.team=db",
+            "image.tag=v7",
+            "imagePullSecrets[0].name=registry",
+            "podAnnotations.checked=yes",
+            "podLabels.tier=control",
+            "nodeSelector.pool=system",
+            "tolerations[0].key=dedicated,tolerations[0].operator=Exists",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+            "priorityClassName=system-cluster-critical",
+            "watchNamespace=apps",
+            "metrics.serviceMonitor.enabled=true",
+            "metrics.serviceMonitor.labels.release=prom",
+            "metrics.serviceMonitor.prometheusServiceAccount.name=prometheus",
+            "metrics.serviceMonitor.prometheusServiceAccount.namespace=monitoring",
+            "metrics.prometheusRule.enabled=true",
+            "networkPolicy.enabled=true",
+        ],
+    );
+    let deployment = find(&objects, "Deployment", "demo-ops");
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(pod["metadata"]["annotations"]["checked"], "yes");
+    assert_eq!(pod["metadata"]["labels"]["tier"], "control");
+    let spec = &pod["spec"];
+    assert_eq!(spec["serviceAccountName"], "robot");
+    assert_eq!(spec["containers"][0]["image"], "app-operator:v7");
+    assert_eq!(spec["imagePullSecrets"][0]["name"], "registry");
+    assert_eq!(spec["nodeSelector"]["pool"], "system");
+    assert_eq!(spec["tolerations"][0]["key"], "dedicated");
+    assert_eq!(spec["priorityClassName"], "system-cluster-critical");
+    assert!(spec["affinity"]["nodeAffinity"].is_object());
+    assert!(
+        spec["affinity"]["podAntiAffinity"].is_null(),
+        "a given affinity replaces the default"
+    );
+    assert_eq!(
+        find(&objects, "ServiceAccount", "robot")["metadata"]["annotations"]["team"],
+        "db"
+    );
+
+    // Watching one namespace: a Role there, no cluster-wide grant of the manager's rules.
+    let role = find(&objects, "Role", "demo-ops-manager-role");
+    assert_eq!(role["metadata"]["namespace"], "apps");
+    assert_eq!(
+        find(&objects, "RoleBinding", "demo-ops-manager-rolebinding")["subjects"][0]["name"],
+        "robot"
+    );
+    assert!(
+        !objects
+            .iter()
+            .any(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "demo-ops-manager-role")
+    );
+
+    let service = find(&objects, "Service", "demo-ops-metrics");
+    let monitor = find(&objects, "ServiceMonitor", "demo-ops");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prom");
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["port"],
+        service["spec"]["ports"][0]["name"]
+    );
+    for (label, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&service["metadata"]["labels"][label], value, "{label}");
+    }
+    let reader = find(
+        &objects,
+        "ClusterRoleBinding",
+        "demo-ops-prometheus-metrics-reader",
+    );
+    assert_eq!(reader["subjects"][0]["name"], "prometheus");
+    let alerts: serde_json::Value = serde_norway::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../config/prometheus/alerts.yaml"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        find(&objects, "PrometheusRule", "demo-ops-alerts")["spec"],
+        alerts["spec"],
+        "the chart's alerts are config/prometheus's"
+    );
+    let policy = find(&objects, "NetworkPolicy", "demo-ops-metrics");
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], "metrics");
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+
+    // The Prometheus Operator's kinds need its CRDs; everything else passes a dry run.
+    ensure_namespace("apps");
+    let core: Vec<_> = objects
+        .iter()
+        .filter(|o| o["apiVersion"] != "monitoring.coreos.com/v1")
+        .collect();
+    server_dry_run(&core);
+
+    for (typo, says) in [
+        ("imag.tag=v1", "additional properties 'imag' not allowed"),
+        ("replicaCount=two", "/replicaCount"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    ] {
+        let refused = try_helm(&["template", "demo", CHART, "--set", typo])
+            .expect_err(&format!("{typo} was accepted"));
+        assert!(refused.contains(says), "{typo}: {refused}");
+    }
+}
+
+/// `helm install` watching one namespace: the notes say how to check it and about CRD upgrades,
+/// the `helm test` hook is registered, and the operator running as the chart's ServiceAccount
+/// with only the namespaced Role syncs every controller and reconciles a MyApp there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helm_release_watching_one_namespace_runs_on_its_namespaced_role() {
+    let watched = testkit::TestNamespace::new("helm-watched").await;
+    support::install_crds().await;
+    let release = HelmRelease::install(
+        &format!("scoped-{}", std::process::id()),
+        &[&format!("watchNamespace={}", watched.name)],
+    );
+    let hooks = helm(&[
+        "get",
+        "hooks",
+        &release.name,
+        "--namespace",
+        &release.namespace,
+    ]);
+    let account = format!("{}-app-operator", release.name);
+    let operator = support::start_as(
+        &watched.name,
+        &ControllerKind::ALL,
+        &release.namespace,
+        &account,
+    )
+    .await;
+    let apps = watched.api::<MyApp>();
+    apps.create(
+        &kube::api::PostParams::default(),
+        &testkit::object(serde_json::json!({
+            "apiVersion": "example.com/v1", "kind": "MyApp",
+            "metadata": { "name": "web" },
+            "spec": { "image": "nginx:1.27", "port": 80 }
+        })),
+    )
+    .await
+    .unwrap();
+    let deployments = watched.api::<Deployment>();
+    let child = testkit::eventually(support::TIMEOUT, "MyApp web's Deployment", || async {
+        deployments.get("web").await.ok()
+    })
+    .await;
+    drop(operator);
+
+    assert!(
+        release
+            .notes
+            .contains(&format!("rollout status deployment/{account}"))
+            && release
+                .notes
+                .contains("`helm upgrade` does not upgrade them"),
+        "{}",
+        release.notes
+    );
+    assert!(
+        hooks.contains("helm.sh/hook: test")
+            && hooks.contains(&format!("name: {account}-test-metrics")),
+        "{hooks}"
+    );
+    assert_eq!(
+        child.metadata.owner_references.unwrap_or_default()[0].name,
+        "web"
+    );
+}
+
+/// A release of the chart in a namespace of its own, uninstalled (with the namespace) when dropped,
+/// also when the test fails.
+struct HelmRelease {
+    name: String,
+    namespace: String,
+    /// What `helm install` printed: the chart's NOTES.
+    notes: String,
+}
+
+impl HelmRelease {
+    fn install(name: &str, values: &[&str]) -> HelmRelease {
+        let namespace = format!("{name}-release");
+        let mut args = vec![
+            "install",
+            name,
+            CHART,
+            "--namespace",
+            &namespace,
+            "--create-namespace",
+        ];
+        for value in values {
+            args.extend(["--set", value]);
+        }
+        let notes = helm(&args);
+        HelmRelease {
+            name: name.to_owned(),
+            namespace,
+            notes,
+        }
+    }
+}
+
+impl Drop for HelmRelease {
+    fn drop(&mut self) {
+        let uninstalled = try_helm(&["uninstall", &self.name, "--namespace", &self.namespace]);
+        testkit::kubectl(&["delete", "namespace", &self.namespace, "--wait=false"]);
+        if let Err(error) = uninstalled
+            && !std::thread::panicking()
+        {
+            panic!("helm uninstall {}: {error}", self.name);
+        }
+    }
 }
 
 /// `KUBECONFIG=<another cluster> IMG=<image> make deploy` deploys there, with that image, and

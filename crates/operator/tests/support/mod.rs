@@ -56,10 +56,40 @@ pub async fn start_with(
     crash: Option<CancellationToken>,
 ) -> Operator {
     install_crds().await;
+    start_on(testkit::config().await, &namespace.name, controllers, crash).await
+}
+
+/// Starts `controllers` watching `namespace`, as the ServiceAccount `account_namespace/account`
+/// (impersonated): returns once their caches have synced, which needs that identity's RBAC to
+/// let them list and watch everything they own.
+pub async fn start_as(
+    namespace: &str,
+    controllers: &[ControllerKind],
+    account_namespace: &str,
+    account: &str,
+) -> Operator {
+    let mut config = testkit::config().await;
+    config.auth_info.impersonate = Some(format!(
+        "system:serviceaccount:{account_namespace}:{account}"
+    ));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{account_namespace}"),
+        "system:authenticated".to_owned(),
+    ]);
+    start_on(config, namespace, controllers, None).await
+}
+
+async fn start_on(
+    config: kube::Config,
+    namespace: &str,
+    controllers: &[ControllerKind],
+    crash: Option<CancellationToken>,
+) -> Operator {
     let metrics = Arc::new(Metrics::default());
-    let client = counted_client(testkit::config().await, &metrics).unwrap();
+    let client = counted_client(config, &metrics).unwrap();
     let options = Options {
-        namespace: Some(namespace.name.clone()),
+        namespace: Some(namespace.to_owned()),
         controllers: controllers.to_vec(),
         concurrency: 4,
         metrics_address: None,
