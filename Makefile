@@ -10,10 +10,13 @@ export KUBECTL IMG
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-run: ## Local control plane (if none) + CRDs + the operator in the foreground, samples applied
+preflight: ## Check for Rust and a C toolchain before cargo builds anything (Go: when the tools build)
+	@sh hack/preflight.sh
+
+run: preflight ## Local control plane (if none) + CRDs + the operator in the foreground, samples applied
 	$(CARGO) xtask run
 
-test: ## The whole suite on a local control plane (started and stopped if none runs)
+test: preflight ## The whole suite on a local control plane (started and stopped if none runs)
 	$(CARGO) xtask test
 
 lint: ## cargo fmt --check and clippy -D warnings
@@ -41,7 +44,7 @@ build-installer: ## Write dist/install.yaml (CRDs, RBAC, Deployment with image I
 image: ## Static binary in a one-layer OCI image archive (target/app-operator-image.tar), no Docker needed
 	$(CARGO) xtask image
 
-bench: ## Convergence and cost vs the plain-client floor, on its own control plane (target/bench/)
+bench: preflight ## Convergence and cost vs the plain-client floor, on its own control plane (target/bench/)
 	@# The bench client is optimized too: built for debugging it took more CPU than the operator.
 	$(CARGO) run --release --quiet --locked -p xtask -- bench
 
@@ -54,4 +57,4 @@ cluster-down: ## Stop every process of the local control plane and remove its st
 tools: ## Build (or find cached) the pinned upstream binaries
 	$(CARGO) xtask tools
 
-.PHONY: help run test lint manifests install uninstall deploy undeploy build-installer image bench cluster-up cluster-down tools
+.PHONY: help preflight run test lint manifests install uninstall deploy undeploy build-installer image bench cluster-up cluster-down tools

@@ -22,6 +22,10 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A tool the build needs is missing or too old: one line saying which, and how to get it.
+    #[error("{0}")]
+    Prerequisite(String),
+
     #[error("generating certificates: {0}")]
     Certificate(#[from] rcgen::Error),
 

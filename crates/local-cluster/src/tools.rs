@@ -141,6 +141,7 @@ impl Tools {
 
     /// Returns the cached tools, building them first when missing or when the pins changed.
     pub fn ensure(sources: &Path) -> Result<Tools, Error> {
+        check_go(GO, sources)?;
         let dir = cache_root().join(format!(
             "k8s-tools-{}-{}",
             Self::kubernetes_version(sources)?,
@@ -180,6 +181,55 @@ fn module_version(go_mod: &Path, module: &str) -> Result<String, Error> {
                 .flatten()
         })
         .ok_or_else(|| Error::Invalid(format!("{} does not require {module}", go_mod.display())))
+}
+
+/// Go must be on PATH and at least as new as every tools module asks (`GOTOOLCHAIN=local`: no
+/// toolchain is downloaded behind the user's back), else one line says what to install.
+fn check_go(program: &str, sources: &Path) -> Result<(), Error> {
+    let mut needed = Vec::new();
+    for binary in BINARIES {
+        let go_mod = sources.join(binary.module).join("go.mod");
+        let text = fs::read_to_string(&go_mod).map_err(Error::io("reading", &go_mod))?;
+        if let Some(version) = text.lines().find_map(|line| line.strip_prefix("go ")) {
+            needed.push(version_numbers(version.trim()));
+        }
+    }
+    let needed = needed.into_iter().max().unwrap_or_default();
+    let needed_text = needed
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(".");
+    let found = match run_go(program, sources, &["env", "GOVERSION"]) {
+        Ok(found) => found.trim().to_owned(),
+        Err(Error::Spawn { .. }) => {
+            return Err(Error::Prerequisite(format!(
+                "Go {needed_text} or newer is needed to build the upstream binaries (etcd, \
+                 kube-apiserver, kwok, …) and `go` is not on PATH: install it from \
+                 https://go.dev/dl/ and put its bin directory on PATH"
+            )));
+        }
+        Err(error) => return Err(error),
+    };
+    if version_numbers(found.trim_start_matches("go")) < needed {
+        return Err(Error::Prerequisite(format!(
+            "Go {needed_text} or newer is needed to build the upstream binaries, and `go` on PATH \
+             is {found}: install a newer one from https://go.dev/dl/ (GOTOOLCHAIN=local is set, \
+             so Go will not download one itself)"
+        )));
+    }
+    Ok(())
+}
+
+/// `1.26.7` → `[1, 26, 7]`, for comparing versions; a suffix (`1.27rc1`) ends a number.
+fn version_numbers(version: &str) -> Vec<u32> {
+    version
+        .split('.')
+        .map(|part| {
+            let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().unwrap_or(0)
+        })
+        .collect()
 }
 
 /// A hash of everything that decides what gets built: the pins, the Go version, the recipe.
@@ -343,10 +393,17 @@ fn prometheus_ldflags(module_version: &str) -> String {
     format!("-s -w -X github.com/prometheus/common/version.Version={release}")
 }
 
+/// The Go command, found on PATH.
+const GO: &str = "go";
+
 /// Runs `go` in `dir` with the machine's own toolchain (never a downloaded one).
 fn go(dir: &Path, args: &[&str]) -> Result<String, Error> {
-    let command = format!("go {}", args.join(" "));
-    let output = Command::new("go")
+    run_go(GO, dir, args)
+}
+
+fn run_go(program: &str, dir: &Path, args: &[&str]) -> Result<String, Error> {
+    let command = format!("{program} {}", args.join(" "));
+    let output = Command::new(program)
         .args(args)
         .current_dir(dir)
         .env("GOTOOLCHAIN", "local")
@@ -388,6 +445,35 @@ mod tests {
             )
         );
         assert_eq!(leave_etcd_pods_running("spec:\n  weight: 1\n"), None);
+    }
+
+    #[test]
+    fn compares_go_versions_by_number() {
+        assert!(version_numbers("1.26.7") > version_numbers("1.26"));
+        assert!(version_numbers("1.100.0") > version_numbers("1.26.7"));
+        assert!(version_numbers("1.27rc1") > version_numbers("1.26.7"));
+        assert!(version_numbers("1.25.0") < version_numbers("1.26.0"));
+    }
+
+    /// A `go` that is too old, or none at all, is named in one clear line before any build.
+    #[test]
+    fn an_old_or_missing_go_is_refused_with_what_to_install() {
+        let sources = crate::repo_root().join("hack/k8s-tools");
+        let fake = std::env::temp_dir().join(format!("fake-go-{}", std::process::id()));
+        fs::create_dir_all(&fake).unwrap();
+        let script = fake.join("go");
+        fs::write(&script, "#!/bin/sh\necho go1.20.3\n").unwrap();
+        fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let old = check_go(&script.to_string_lossy(), &sources);
+        let missing = check_go(&fake.join("absent/go").to_string_lossy(), &sources);
+        fs::remove_dir_all(&fake).unwrap();
+        let old = old.unwrap_err().to_string();
+        assert!(
+            old.contains("or newer is needed") && old.contains("is go1.20.3"),
+            "{old}"
+        );
+        let missing = missing.unwrap_err().to_string();
+        assert!(missing.contains("`go` is not on PATH"), "{missing}");
     }
 
     #[test]
