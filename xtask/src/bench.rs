@@ -1036,19 +1036,10 @@ pub fn markdown(report: &Report) -> String {
     text
 }
 
-/// Converged objects over time, operator vs floor, one line pair per N.
+/// Converged objects over time, operator vs floor, one line pair per N, as SVG: the viewer's
+/// browser draws the text, so no font has to be installed to write it.
 pub fn chart(report: &Report, path: &Path) -> Result<()> {
     use plotters::prelude::*;
-    let font = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"]
-        .iter()
-        .find_map(|p| std::fs::read(p).ok())
-        .context("no DejaVuSans.ttf (apt-get install fonts-dejavu-core)")?;
-    plotters::style::register_font(
-        "sans-serif",
-        FontStyle::Normal,
-        Box::leak(font.into_boxed_slice()),
-    )
-    .map_err(|_| anyhow::anyhow!("DejaVuSans.ttf is not a usable font"))?;
     let medians: Vec<(usize, &Pass)> = report
         .myapp
         .iter()
@@ -1066,7 +1057,7 @@ pub fn chart(report: &Report, path: &Path) -> Result<()> {
         .map(|p| p.0)
         .fold(1.0, f64::max);
     let max_n = report.myapp.iter().map(|r| r.n).max().unwrap_or(1);
-    let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
+    let root = SVGBackend::new(path, (1000, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(

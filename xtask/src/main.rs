@@ -57,7 +57,7 @@ enum Task {
         #[arg(long, default_value = "target/app-operator-image.tar")]
         output: PathBuf,
     },
-    /// Benchmark convergence and cost against the floor; writes target/bench/{results.json,results.md,chart.png}.
+    /// Benchmark convergence and cost against the floor; writes target/bench/{results.json,results.md,chart.svg}.
     Bench {
         /// Numbers of MyApps, one round each.
         #[arg(long, value_delimiter = ',', default_values_t = [100, 300, 1000])]
@@ -243,7 +243,7 @@ async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
     Ok(())
 }
 
-/// Runs the benchmark and writes its results (JSON, markdown, PNG chart) into `options.output`.
+/// Runs the benchmark and writes its results (JSON, markdown, SVG chart) into `options.output`.
 async fn run_bench(options: &bench::Options, tools: &Tools) -> Result<bench::Report> {
     let report = bench::run(options, tools).await?;
     std::fs::write(
@@ -251,7 +251,7 @@ async fn run_bench(options: &bench::Options, tools: &Tools) -> Result<bench::Rep
         serde_json::to_vec_pretty(&report)?,
     )?;
     std::fs::write(options.output.join("results.md"), bench::markdown(&report))?;
-    bench::chart(&report, &options.output.join("chart.png"))?;
+    bench::chart(&report, &options.output.join("chart.svg"))?;
     Ok(report)
 }
 
@@ -286,7 +286,7 @@ async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> {
             "churn: 2 create/delete cycles measured",
             report.churn.as_ref().is_some_and(|c| c.rss_mib.len() == 2),
         ),
-        ("chart written", options.output.join("chart.png").exists()),
+        ("chart written", options.output.join("chart.svg").exists()),
     ];
     let failed: Vec<&str> = checks
         .iter()
