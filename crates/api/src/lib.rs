@@ -21,7 +21,7 @@ pub use appcluster::{AppCluster, AppClusterSpec, AppClusterStatus};
 pub use etcdbackup::{EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
 pub use etcdcluster::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
 pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
-pub use sample::{Sample, SampleFields};
+pub use sample::{Sample, SampleFields, SampleStatus};
 pub use sampledb::{SampleDB, SampleDBSpec, SampleDBStatus};
 
 /// Every CRD this operator serves, in a stable order.

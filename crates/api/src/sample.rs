@@ -12,9 +12,10 @@ use serde::{Deserialize, Serialize};
     kind = "Sample",
     namespaced,
     no_spec,
+    status = "SampleStatus",
     shortname = "smpl",
     category = "app-operator",
-    doc = "Sample is the tutorial's first resource: one free-form field, `testString`, at the top level of the object. The operator logs each one it sees and records it as an event on the object.",
+    doc = "Sample is the tutorial's first resource: one free-form field, `testString`, at the top level of the object. The operator logs each version it sees and records it as an event on the object, once.",
     printcolumn(name = "Test String", type_ = "string", json_path = ".testString"),
     printcolumn(
         name = "Age",
@@ -27,4 +28,21 @@ pub struct SampleFields {
     /// A free-form string, shown in `kubectl get samples`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_string: Option<String>,
+}
+
+/// What the operator has seen of a Sample.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SampleStatus {
+    /// The generation last logged and recorded as an event: a restarted operator does not record
+    /// the same version again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A Sample has no conditions; its status still goes through the operator's one status writer.
+impl crate::conditions::HasConditions for SampleStatus {
+    fn conditions(&self) -> &[crate::conditions::Condition] {
+        &[]
+    }
 }

@@ -1,5 +1,5 @@
 //! Sample: the tutorial's YAML applies unchanged, its column shows, the controller watches (an
-//! Event per change) and is silent while nothing changes.
+//! Event per change, once) and is silent while nothing changes.
 
 // Test code: a failed expectation is a failed test.
 #![allow(
@@ -93,16 +93,25 @@ async fn the_tutorials_sample_applies_shows_its_column_and_is_watched_not_polled
         (occurrences >= 2).then_some(())
     })
     .await;
-    // The reconcile is counted once its event is published: wait for the count, then make sure
-    // no second reconcile follows.
-    eventually(TIMEOUT, "the change's reconcile to be counted", || async {
-        (operator.metrics.reconciles("sample") > reconciles_before).then_some(())
+    // The change's reconcile writes status.observedGeneration, whose watch event wakes one more
+    // reconcile that records and writes nothing; then nothing more.
+    eventually(TIMEOUT, "the change's reconciles to be counted", || async {
+        (operator.metrics.reconciles("sample") >= reconciles_before + 2).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         operator.metrics.reconciles("sample"),
-        reconciles_before + 1,
-        "one reconcile for one change"
+        reconciles_before + 2,
+        "one reconcile for the change, one for its status write"
+    );
+    let sample = ns
+        .api::<app_operator::api::Sample>()
+        .get("sample-resource-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        sample.status.and_then(|s| s.observed_generation),
+        sample.metadata.generation
     );
 }
