@@ -347,29 +347,12 @@ fn build_image(output: &Path) -> Result<()> {
 }
 
 fn manifests() -> Result<()> {
-    for dir in [
-        "config/crd/bases",
-        "charts/app-operator/crds",
-        "charts/app-operator/files",
-    ] {
-        std::fs::create_dir_all(repo().join(dir))?;
-    }
-    for (name, yaml) in app_operator::manifests::crd_files()? {
-        for dir in ["config/crd/bases", "charts/app-operator/crds"] {
-            std::fs::write(repo().join(dir).join(&name), &yaml)?;
-            println!("wrote {dir}/{name}");
+    for (file, content) in app_operator::manifests::generated_files(&repo())? {
+        let path = repo().join(&file);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
         }
-    }
-    let role = std::fs::read_to_string(repo().join("config/rbac/role.yaml"))?;
-    let rules = app_operator::manifests::chart_rules(&role)
-        .context("config/rbac/role.yaml has no `rules:`")?;
-    std::fs::write(
-        repo().join("charts/app-operator/files/manager-role-rules.yaml"),
-        rules,
-    )?;
-    println!("wrote charts/app-operator/files/manager-role-rules.yaml");
-    for (file, yaml) in app_operator::manifests::user_role_files() {
-        std::fs::write(repo().join(file), yaml)?;
+        std::fs::write(path, content)?;
         println!("wrote {file}");
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! app-operator: Kubernetes controllers for `MyApp`, `AppCluster` and `Sample`.
 
+pub mod api_reference;
 pub mod controllers;
 pub mod etcd;
 pub mod manager;

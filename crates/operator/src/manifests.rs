@@ -1,6 +1,67 @@
-//! The CRD manifests as committed under `config/crd/bases/` (kubebuilder's file names).
+//! Every file `make manifests` writes: the CRDs (under `config/crd/bases/` with kubebuilder's file
+//! names, and in the chart), the chart's copies of the manager's rules and of the alerts, the
+//! per-kind user roles and the API reference. A test keeps the committed copies current.
+
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestsError {
+    #[error("writing a CRD as YAML: {0}")]
+    Yaml(#[from] serde_norway::Error),
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{file} has no `{marker}` line to copy from")]
+    NoMarker {
+        file: &'static str,
+        marker: &'static str,
+    },
+}
+
+/// `(path relative to the repository, content)` of every generated file; `repo` is read for
+/// the files copied from hand-written ones (`config/rbac/role.yaml`,
+/// `config/prometheus/alerts.yaml`).
+pub fn generated_files(repo: &Path) -> Result<Vec<(String, String)>, ManifestsError> {
+    let read = |file: &'static str| {
+        let path = repo.join(file);
+        std::fs::read_to_string(&path).map_err(|source| ManifestsError::Read { path, source })
+    };
+    let mut files = Vec::new();
+    for (name, yaml) in crd_files()? {
+        for dir in ["config/crd/bases", "charts/app-operator/crds"] {
+            files.push((format!("{dir}/{name}"), yaml.clone()));
+        }
+    }
+    const ROLE: &str = "config/rbac/role.yaml";
+    const ALERTS: &str = "config/prometheus/alerts.yaml";
+    let rules = chart_rules(&read(ROLE)?).ok_or(ManifestsError::NoMarker {
+        file: ROLE,
+        marker: "rules:",
+    })?;
+    files.push((
+        "charts/app-operator/files/manager-role-rules.yaml".into(),
+        rules,
+    ));
+    let groups = chart_alert_groups(&read(ALERTS)?).ok_or(ManifestsError::NoMarker {
+        file: ALERTS,
+        marker: "spec:",
+    })?;
+    files.push(("charts/app-operator/files/alert-groups.yaml".into(), groups));
+    files.extend(
+        user_role_files()
+            .into_iter()
+            .map(|(file, yaml)| (file.to_owned(), yaml)),
+    );
+    files.push((
+        "docs/api-reference.md".into(),
+        crate::api_reference::api_reference(),
+    ));
+    Ok(files)
+}
 
 /// `(file name, YAML)` for every CRD, e.g. `example.com_myapps.yaml`.
 pub fn crd_files() -> Result<Vec<(String, String)>, serde_norway::Error> {
@@ -14,7 +75,7 @@ fn crd_file(crd: &CustomResourceDefinition) -> Result<(String, String), serde_no
 
 /// The Helm chart's copy of the manager ClusterRole's rules: everything after `rules:` in
 /// `config/rbac/role.yaml`.
-pub fn chart_rules(role_yaml: &str) -> Option<String> {
+fn chart_rules(role_yaml: &str) -> Option<String> {
     let (_, rules) = role_yaml.split_once("\nrules:\n")?;
     Some(format!(
         "# Generated from config/rbac/role.yaml by `make manifests`.\n{rules}"
@@ -23,7 +84,7 @@ pub fn chart_rules(role_yaml: &str) -> Option<String> {
 
 /// The Helm chart's copy of the alerts: the `spec` of `config/prometheus/alerts.yaml` (a
 /// PrometheusRule), dedented into a plain Prometheus rule file (`groups:`).
-pub fn chart_alert_groups(alerts_yaml: &str) -> Option<String> {
+fn chart_alert_groups(alerts_yaml: &str) -> Option<String> {
     let (_, spec) = alerts_yaml.split_once("\nspec:\n")?;
     let groups: String = spec
         .lines()
@@ -91,7 +152,7 @@ pub fn user_roles(name_prefix: &str, labels: &str) -> String {
 }
 
 /// The per-kind user roles: for kustomize (which prefixes names) and for the chart.
-pub fn user_role_files() -> [(&'static str, String); 2] {
+fn user_role_files() -> [(&'static str, String); 2] {
     [
         ("config/rbac/user_roles.yaml", user_roles("", "")),
         (
