@@ -80,7 +80,7 @@ struct RunArgs {
     #[arg(long, env = "APP_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// Log level or tracing filter (`info`, `debug`, `app_operator=debug,kube=info`).
-    #[arg(long, env = "APP_OPERATOR_LOG_LEVEL", default_value = "info")]
+    #[arg(long, env = "APP_OPERATOR_LOG_LEVEL", default_value = "info", value_parser = log_filter)]
     log_level: String,
 }
 
@@ -146,9 +146,16 @@ fn crds() -> ExitCode {
     }
 }
 
+/// A `--log-level` that is not a tracing filter is refused at start, not silently replaced.
+fn log_filter(level: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(level)
+        .map(|_| level.to_owned())
+        .map_err(|error| format!("not a log level or tracing filter: {error}"))
+}
+
 fn init_logging(format: LogFormat, level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // `level` passed `log_filter`.
+    let filter = tracing_subscriber::EnvFilter::new(level);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -403,7 +403,7 @@ async fn one_leader_reconciles_and_a_standby_takes_over_on_kill_and_on_sigterm()
 }
 
 #[test]
-fn an_unreachable_api_server_and_an_unknown_flag_fail_with_one_clear_line() {
+fn an_unreachable_api_server_and_bad_flags_fail_with_one_clear_line() {
     let dir = std::env::temp_dir().join("app-operator-tests");
     std::fs::create_dir_all(&dir).unwrap();
     let unreachable = dir.join("unreachable.kubeconfig");
@@ -447,6 +447,15 @@ fn an_unreachable_api_server_and_an_unknown_flag_fail_with_one_clear_line() {
             .next()
             .unwrap_or_default()
             .starts_with("error: unexpected argument '--no-such-flag'"),
+        "{stderr}"
+    );
+
+    // A log level that is not one is refused, not silently replaced by `info`.
+    let output = run(&["run", "--log-level=app_operator=loud"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr.starts_with("error: invalid value 'app_operator=loud' for '--log-level <LOG_LEVEL>': not a log level or tracing filter"),
         "{stderr}"
     );
 }
