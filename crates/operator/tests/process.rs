@@ -11,12 +11,10 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use app_operator::api::{AppCluster, MyApp};
-use app_operator::manager::served_port;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -25,107 +23,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
 use support::TIMEOUT;
+use support::process::{OperatorProcess, get};
 use testkit::{TestNamespace, eventually, kubectl_ok, object};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A running `app-operator run`, killed when dropped.
-struct OperatorProcess {
-    child: Child,
-    health: u16,
-    metrics: u16,
-    log: PathBuf,
-}
-
-impl OperatorProcess {
-    /// Starts the operator with both servers on port 0 and reads the ports it bound from its log
-    /// (ports picked by the test could be handed to two processes at once).
-    fn spawn(kubeconfig: &Path, args: &[&str]) -> OperatorProcess {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join("app-operator-tests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let sequence = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let log = dir.join(format!("operator-{}-{sequence}.log", std::process::id()));
-        let child = Command::new(env!("CARGO_BIN_EXE_app-operator"))
-            .arg("run")
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--health-probe-bind-address=127.0.0.1:0")
-            .arg("--metrics-bind-address=127.0.0.1:0")
-            .arg("--log-format=json")
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        // The guard first: if the ports never show up, dropping it still kills and reaps.
-        let mut process = OperatorProcess {
-            child,
-            health: 0,
-            metrics: 0,
-            log,
-        };
-        let port = |log: &Path, server: &str| -> Option<u16> {
-            served_port(&std::fs::read_to_string(log).ok()?, server)
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let (Some(health), Some(metrics)) = (
-                port(&process.log, "health probes"),
-                port(&process.log, "metrics"),
-            ) {
-                (process.health, process.metrics) = (health, metrics);
-                return process;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the operator did not log its ports:\n{}",
-                process.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The value of the metric line starting with `series` (name and labels), if present.
-    async fn metric(&self, series: &str) -> Option<f64> {
-        let (_, body) = get(self.metrics, "/metrics").await?;
-        body.lines()
-            .find(|l| l.starts_with(series))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    }
-}
-
-impl Drop for OperatorProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A plain HTTP/1.0 GET on localhost: (status code, body).
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
-}
 
 fn my_app(name: &str) -> MyApp {
     object(
@@ -384,7 +283,7 @@ async fn one_leader_reconciles_and_a_standby_takes_over_on_kill_and_on_sigterm()
         || async { holder().await.filter(|h| holds(h, &third)) },
     )
     .await;
-    let status = leader.child.wait().unwrap();
+    let status = leader.wait();
     assert!(
         status.success(),
         "SIGTERM exit: {status}; log:\n{}",
@@ -458,114 +357,6 @@ fn an_unreachable_api_server_and_bad_flags_fail_with_one_clear_line() {
         stderr.starts_with("error: invalid value 'app_operator=loud' for '--log-level <LOG_LEVEL>': not a log level or tracing filter"),
         "{stderr}"
     );
-}
-
-/// GET `/metrics` over TLS (trusting `ca_pem`), with an optional bearer token: the status code.
-async fn get_secure(port: u16, ca_pem: &str, token: Option<&str>) -> u16 {
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls_pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let mut tls = connector
-        .connect(
-            rustls_pki_types::ServerName::try_from("localhost").unwrap(),
-            tcp,
-        )
-        .await
-        .unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    tls.write_all(format!("GET /metrics HTTP/1.0\r\nHost: localhost\r\n{auth}\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut response = Vec::new();
-    let _ = tls.read_to_end(&mut response).await;
-    let response = String::from_utf8_lossy(&response);
-    let code = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    if code == 200 {
-        assert!(
-            response.contains("controller_runtime_max_concurrent_reconciles"),
-            "200 without the metrics: {response}"
-        );
-    }
-    code
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn secure_metrics_admit_only_authorized_tokens() {
-    let ns = TestNamespace::new("process-secure").await;
-    support::install_crds().await;
-    // A serving certificate for localhost, signed by a CA the client trusts.
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!("{}-certs", ns.name));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
-    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
-
-    let operator = OperatorProcess::spawn(
-        &testkit::kubeconfig(),
-        &[
-            "--metrics-secure",
-            &format!("--metrics-cert-dir={}", dir.display()),
-            &format!("--watch-namespace={}", ns.name),
-        ],
-    );
-    eventually(TIMEOUT, "/readyz 200", || async {
-        (get(operator.health, "/readyz").await?.0 == 200).then_some(())
-    })
-    .await;
-
-    let reader_role = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../config/rbac/metrics_reader_role.yaml"
-    );
-    kubectl_ok(&["apply", "-f", reader_role]);
-    let binding = format!("metrics-reader-{}", ns.name);
-    kubectl_ok(&[
-        "create",
-        "clusterrolebinding",
-        &binding,
-        "--clusterrole=metrics-reader",
-        &format!("--serviceaccount={}:reader", ns.name),
-    ]);
-    let reader = testkit::service_account_token(&ns.name, "reader").await;
-    let nobody = testkit::service_account_token(&ns.name, "nobody").await;
-
-    let ca = ca_cert.pem();
-    assert_eq!(get_secure(operator.metrics, &ca, None).await, 401);
-    assert_eq!(
-        get_secure(operator.metrics, &ca, Some("not-a-token")).await,
-        401
-    );
-    assert_eq!(get_secure(operator.metrics, &ca, Some(&nobody)).await, 403);
-    assert_eq!(get_secure(operator.metrics, &ca, Some(&reader)).await, 200);
-    kubectl_ok(&["delete", "clusterrolebinding", &binding]);
 }
 
 /// A client authenticated by a ServiceAccount token.
@@ -772,7 +563,7 @@ async fn an_appcluster_survives_five_sigkills_without_a_pod_too_many() {
             Signal::SIGKILL,
         )
         .unwrap();
-        let _ = operator.child.wait();
+        operator.wait();
         operator = OperatorProcess::spawn(&kubeconfig, &args);
         eventually(TIMEOUT, "the restarted operator to reconcile", || async {
             let reconciles = operator

@@ -1,6 +1,7 @@
-//! `--metrics-secure` as a scraper sees it: repeated scrapes do not cost the API server a
-//! TokenReview and a SubjectAccessReview each, and a rotated serving certificate is served
-//! without restarting the operator.
+//! `--metrics-secure` as a scraper sees it: only a token bound to the metrics-reader role gets the
+//! metrics (no token or a rejected one: 401; without the role: 403), repeated scrapes do not cost
+//! the API server a TokenReview and a SubjectAccessReview each, and a rotated serving certificate
+//! is served without restarting the operator.
 
 // Test code: a failed expectation is a failed test.
 #![allow(
@@ -12,12 +13,10 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use app_operator::manager::served_port;
 use app_operator::telemetry::metrics::requests_by_method;
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -26,89 +25,23 @@ use kube::api::{Api, PostParams};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use support::TIMEOUT;
+use support::process::OperatorProcess;
 use testkit::{TestNamespace, eventually, kubectl_ok};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A running `app-operator run --metrics-secure`, killed when dropped.
-struct OperatorProcess {
-    child: Child,
-    health: u16,
-    metrics: u16,
-    log: PathBuf,
-}
-
-impl OperatorProcess {
-    /// Starts the operator with both servers on port 0 and reads the ports it bound from its log.
-    fn spawn(cert_dir: &Path, ns: &TestNamespace) -> OperatorProcess {
-        let dir = std::env::temp_dir().join("app-operator-tests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join(format!("operator-{}.log", ns.name));
-        let child = Command::new(env!("CARGO_BIN_EXE_app-operator"))
-            .arg("run")
-            .arg(format!("--kubeconfig={}", testkit::kubeconfig().display()))
-            .arg("--health-probe-bind-address=127.0.0.1:0")
-            .arg("--metrics-bind-address=127.0.0.1:0")
-            .arg("--log-format=json")
-            .arg("--metrics-secure")
-            .arg(format!("--metrics-cert-dir={}", cert_dir.display()))
-            // One controller over an empty namespace: the operator itself sends no POSTs, so
-            // every POST it counts is a review made for a scrape.
-            .arg("--controllers=myapp")
-            .arg(format!("--watch-namespace={}", ns.name))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut process = OperatorProcess {
-            child,
-            health: 0,
-            metrics: 0,
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let log = process.log();
-            if let (Some(health), Some(metrics)) = (
-                served_port(&log, "health probes"),
-                served_port(&log, "metrics"),
-            ) {
-                (process.health, process.metrics) = (health, metrics);
-                return process;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the operator did not log its ports:\n{log}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn ready(&self) {
-        eventually(TIMEOUT, "/readyz 200", || async {
-            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.health))
-                .await
-                .ok()?;
-            stream
-                .write_all(b"GET /readyz HTTP/1.0\r\n\r\n")
-                .await
-                .ok()?;
-            let mut response = String::new();
-            stream.read_to_string(&mut response).await.ok()?;
-            response.starts_with("HTTP/1.0 200").then_some(())
-        })
-        .await;
-    }
-}
-
-impl Drop for OperatorProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The operator serving secure metrics with the pair in `cert_dir`. One controller over an empty
+/// namespace: the operator itself sends no POSTs, so every POST it counts is a review made for a
+/// scrape.
+fn secure_operator(cert_dir: &Path, ns: &TestNamespace) -> OperatorProcess {
+    OperatorProcess::spawn(
+        &testkit::kubeconfig(),
+        &[
+            "--metrics-secure",
+            &format!("--metrics-cert-dir={}", cert_dir.display()),
+            "--controllers=myapp",
+            &format!("--watch-namespace={}", ns.name),
+        ],
+    )
 }
 
 /// A CA the test client trusts, issuing serving certificates for `localhost`.
@@ -167,14 +100,13 @@ impl Ca {
         tls.get_ref().1.peer_certificates().unwrap()[0].clone()
     }
 
-    /// GET `/metrics` on a new connection: (status code, body).
-    async fn scrape(&self, port: u16, token: &str) -> (u16, String) {
+    /// GET `/metrics` on a new connection, with a bearer token if given: (status code, body).
+    async fn scrape(&self, port: u16, token: Option<&str>) -> (u16, String) {
         let mut tls = self.connect(port).await;
+        let authorization =
+            token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
         tls.write_all(
-            format!(
-                "GET /metrics HTTP/1.0\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\r\n"
-            )
-            .as_bytes(),
+            format!("GET /metrics HTTP/1.0\r\nHost: localhost\r\n{authorization}\r\n").as_bytes(),
         )
         .await
         .unwrap();
@@ -225,7 +157,7 @@ async fn repeated_scrapes_reuse_the_token_and_access_reviews() {
     let ca = Ca::new();
     let dir = std::env::temp_dir().join(format!("{}-certs", ns.name));
     publish(&dir, "1", &ca.issue());
-    let operator = OperatorProcess::spawn(&dir, &ns);
+    let operator = secure_operator(&dir, &ns);
     operator.ready().await;
 
     let reader_role = concat!(
@@ -270,7 +202,7 @@ async fn repeated_scrapes_reuse_the_token_and_access_reviews() {
     // written); the next ones reuse both answers.
     let mut seen = Vec::new();
     for _ in 0..SCRAPES {
-        let (code, body) = ca.scrape(operator.metrics, &reader).await;
+        let (code, body) = ca.scrape(operator.metrics, Some(&reader)).await;
         assert_eq!(code, 200, "{body}");
         seen.push(posts(&body));
     }
@@ -284,9 +216,9 @@ async fn repeated_scrapes_reuse_the_token_and_access_reviews() {
 
     // Without the role: 403 every time, for one TokenReview and one SubjectAccessReview.
     for _ in 0..SCRAPES {
-        assert_eq!(ca.scrape(operator.metrics, &nobody).await.0, 403);
+        assert_eq!(ca.scrape(operator.metrics, Some(&nobody)).await.0, 403);
     }
-    let (code, body) = ca.scrape(operator.metrics, &reader).await;
+    let (code, body) = ca.scrape(operator.metrics, Some(&reader)).await;
     assert_eq!(code, 200);
     assert_eq!(
         posts(&body),
@@ -294,12 +226,18 @@ async fn repeated_scrapes_reuse_the_token_and_access_reviews() {
         "POSTs for {SCRAPES} forbidden scrapes"
     );
 
+    // No token: 401, without asking the API server.
+    assert_eq!(ca.scrape(operator.metrics, None).await.0, 401);
+
     // A token the API server rejects: 401 every time. Its rejection carries an error, which may be
     // transient, so (as in Kubernetes' delegating authenticator) it is asked again each time.
     for _ in 0..SCRAPES {
-        assert_eq!(ca.scrape(operator.metrics, "not-a-token").await.0, 401);
+        assert_eq!(
+            ca.scrape(operator.metrics, Some("not-a-token")).await.0,
+            401
+        );
     }
-    let (_, body) = ca.scrape(operator.metrics, &reader).await;
+    let (_, body) = ca.scrape(operator.metrics, Some(&reader)).await;
     assert_eq!(posts(&body), first + 2 + SCRAPES as u64);
 
     kubectl_ok(&["delete", "clusterrolebinding", &binding]);
@@ -314,7 +252,7 @@ async fn a_rotated_serving_certificate_is_served_without_a_restart() {
     let dir = std::env::temp_dir().join(format!("{}-certs", ns.name));
     let first = ca.issue();
     publish(&dir, "1", &first);
-    let operator = OperatorProcess::spawn(&dir, &ns);
+    let operator = secure_operator(&dir, &ns);
     assert_eq!(ca.served(operator.metrics).await, first.2);
 
     // A Secret-volume style update: new connections get the new certificate within seconds.

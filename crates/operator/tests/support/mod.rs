@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod process;
 
 use std::sync::Arc;
 use std::time::Duration;
