@@ -10,6 +10,7 @@
 pub mod etcd;
 pub mod member_runner;
 pub mod postgres;
+pub mod proxy;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
