@@ -3,10 +3,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use app_operator::controllers::etcdcluster::address::Addressing;
 use app_operator::manager::leader::LeaderElection;
-use app_operator::manager::{self, ControllerKind, Options};
+use app_operator::manager::{self, ControllerKind, Options, Timeouts};
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
@@ -76,6 +77,24 @@ struct RunArgs {
     /// Namespace of the leader election Lease (default: this Pod's namespace, else `default`).
     #[arg(long, env = "APP_OPERATOR_LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
+    /// How long a leader's lease lasts unrenewed before a standby may take it (client-go's
+    /// LeaseDuration).
+    #[arg(long, env = "APP_OPERATOR_LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    leader_election_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it steps down and exits (RenewDeadline).
+    #[arg(long, env = "APP_OPERATOR_LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    leader_election_renew_deadline: Duration,
+    /// How often candidates try for the lease and the leader renews it (RetryPeriod).
+    #[arg(long, env = "APP_OPERATOR_LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    leader_election_retry_period: Duration,
+    /// Timeout of every API request: no answer (or no progress reading one) within it fails the
+    /// request, which is retried. The API server's own limit is 60 s.
+    #[arg(long, env = "APP_OPERATOR_REQUEST_TIMEOUT", default_value = "70s", value_parser = parse_duration)]
+    request_timeout: Duration,
+    /// How long each watch runs before it is renewed; one silent for 5 s longer is taken for a
+    /// dead connection and replaced.
+    #[arg(long, env = "APP_OPERATOR_WATCH_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    watch_timeout: Duration,
     /// Log format.
     #[arg(long, env = "APP_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -88,6 +107,37 @@ struct RunArgs {
 enum LogFormat {
     Json,
     Text,
+}
+
+/// A duration as Go and kubectl write them: `500ms`, `10s`, `2m`, `1m30s`, `1h`.
+fn parse_duration(value: &str) -> Result<Duration, String> {
+    let invalid = || format!("{value:?} is not a duration such as 500ms, 10s, 2m or 1m30s");
+    let mut total = Duration::ZERO;
+    let mut rest = value;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .ok_or_else(invalid)?;
+        let (number, after) = rest.split_at(digits);
+        let number: u64 = number.parse().map_err(|_| invalid())?;
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_end);
+        let part = match unit {
+            "ms" => Duration::from_millis(number),
+            "s" => Duration::from_secs(number),
+            "m" => Duration::from_secs(number.saturating_mul(60)),
+            "h" => Duration::from_secs(number.saturating_mul(3600)),
+            _ => return Err(invalid()),
+        };
+        total = total.saturating_add(part);
+        rest = after;
+    }
+    if total.is_zero() {
+        return Err(invalid());
+    }
+    Ok(total)
 }
 
 /// A bind address, or disabled.
@@ -166,7 +216,6 @@ fn init_logging(format: LogFormat, level: &str) {
 }
 
 async fn run(args: RunArgs) -> Result<(), String> {
-    let config = manager::connect(args.kubeconfig.as_deref()).await?;
     let options = Options {
         namespace: Some(args.watch_namespace).filter(|n| !n.is_empty()),
         controllers: args.controllers,
@@ -179,10 +228,41 @@ async fn run(args: RunArgs) -> Result<(), String> {
             let namespace = args
                 .leader_election_namespace
                 .unwrap_or_else(manager::own_namespace);
-            LeaderElection::new(args.leader_election_id, namespace, manager::identity())
+            LeaderElection {
+                lease_duration: args.leader_election_lease_duration,
+                renew_deadline: args.leader_election_renew_deadline,
+                retry_period: args.leader_election_retry_period,
+                ..LeaderElection::new(args.leader_election_id, namespace, manager::identity())
+            }
         }),
         etcd_addressing: args.etcd_member_addressing,
         etcd_crash_after_member_add: None,
+        timeouts: Timeouts {
+            request: args.request_timeout,
+            watch: args.watch_timeout,
+        },
     };
+    options.timeouts.check()?;
+    if let Some(election) = &options.leader_election {
+        election.check_timings()?;
+    }
+    let config = manager::connect(args.kubeconfig.as_deref()).await?;
     manager::run_until_signalled(config, options).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_durations_as_kubectl_writes_them() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for wrong in ["", "10", "s", "10x", "1.5s", "0s", "-1s"] {
+            assert!(parse_duration(wrong).is_err(), "{wrong}");
+        }
+    }
 }

@@ -24,6 +24,7 @@ use nix::unistd::Pid;
 use serde_json::json;
 use support::TIMEOUT;
 use support::process::{OperatorProcess, get};
+use testkit::proxy::{Fault, FaultProxy};
 use testkit::{TestNamespace, eventually, kubectl_ok, object};
 
 fn my_app(name: &str) -> MyApp {
@@ -299,6 +300,133 @@ async fn one_leader_reconciles_and_a_standby_takes_over_on_kill_and_on_sigterm()
         .delete("three", &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// The leader's connection to the API server goes dead (blackholed: no error, no close, no
+/// answer): it stops and exits non-zero within its renew deadline, as client-go's leader does, so
+/// it is gone before a standby may take the lease when it expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_api_server_exits_within_its_renew_deadline() {
+    let ns = TestNamespace::new("process-cutoff").await;
+    support::install_crds().await;
+    let admin = testkit::kubeconfig();
+    let server = std::fs::read_to_string(&admin)
+        .unwrap()
+        .lines()
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("server: https://")
+                .map(str::to_owned)
+        })
+        .unwrap();
+    let proxy = FaultProxy::start(server.parse().unwrap()).await;
+    let kubeconfig = std::env::temp_dir().join(format!("{}.kubeconfig", ns.name));
+    proxy.kubeconfig(&admin, &kubeconfig);
+    const RENEW_DEADLINE: Duration = Duration::from_secs(4);
+    let mut operator = OperatorProcess::spawn(
+        &kubeconfig,
+        &[
+            "--leader-elect",
+            "--leader-election-id=cutoff",
+            &format!("--leader-election-namespace={}", ns.name),
+            "--leader-election-lease-duration=6s",
+            "--leader-election-renew-deadline=4s",
+            "--leader-election-retry-period=1s",
+            &format!("--watch-namespace={}", ns.name),
+            "--controllers=myapp",
+        ],
+    );
+    let master = r#"leader_election_master_status{name="cutoff"}"#;
+    eventually(TIMEOUT, "the operator to lead", || async {
+        (operator.metric(master).await? == 1.0).then_some(())
+    })
+    .await;
+
+    proxy.set(Fault::Blackhole);
+    let cut = Instant::now();
+    let status = eventually(
+        RENEW_DEADLINE + Duration::from_secs(2),
+        "the cut-off leader to exit within its renew deadline (4 s) and a margin",
+        || std::future::ready(operator.exited()),
+    )
+    .await;
+    let after = cut.elapsed();
+    assert!(!status.success(), "exit status {status}");
+    let log = operator.log();
+    assert!(
+        log.contains("could not renew within the renew deadline")
+            && log.contains("leader election lost"),
+        "exited after {after:?} without saying why:\n{log}"
+    );
+    proxy.set(Fault::Pass);
+}
+
+/// Losing the right to watch (as a deleted RoleBinding or CRD does) is loud: a WARN line and a
+/// counted error per failed call, and `/readyz` fails once the watch has been failing for 30 s
+/// (not before); it is ready again once the right is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_keeps_failing_makes_the_process_unready_until_it_recovers() {
+    let ns = TestNamespace::new("process-watchfail").await;
+    support::install_crds().await;
+    let kubeconfig = std::env::temp_dir().join(format!("{}.kubeconfig", ns.name));
+    testkit::service_account_kubeconfig(&ns.name, "app-operator", &kubeconfig).await;
+    let role = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/rbac/role.yaml");
+    kubectl_ok(&["apply", "-f", role]);
+    let grant = [
+        "create",
+        "rolebinding",
+        "app-operator",
+        "--clusterrole=manager-role",
+        &format!("--serviceaccount={}:app-operator", ns.name),
+        "-n",
+        &ns.name,
+    ];
+    kubectl_ok(&grant);
+    let operator = OperatorProcess::spawn(
+        &kubeconfig,
+        &[
+            "--controllers=myapp",
+            &format!("--watch-namespace={}", ns.name),
+            // Watches renewed every 2 s, so the lost right shows at once.
+            "--watch-timeout=2s",
+            "--request-timeout=10s",
+        ],
+    );
+    operator.ready().await;
+
+    kubectl_ok(&["delete", "rolebinding", "app-operator", "-n", &ns.name]);
+    let revoked = Instant::now();
+    let body = eventually(
+        Duration::from_secs(90),
+        "/readyz 503 naming the failing watch",
+        || async {
+            let (code, body) = get(operator.health, "/readyz").await?;
+            (code == 503 && body.contains("watch failing")).then_some(body)
+        },
+    )
+    .await;
+    assert!(
+        revoked.elapsed() >= Duration::from_secs(30),
+        "unready {:?} after the first failures, before the 30 s grace: {body}",
+        revoked.elapsed()
+    );
+    assert!(body.contains("myapp/MyApp"), "{body}");
+    let errors = r#"app_operator_watch_errors_total{controller="myapp",kind="MyApp"}"#;
+    assert!(operator.metric(errors).await.unwrap_or(0.0) >= 1.0);
+    assert!(
+        operator
+            .log()
+            .contains("watch failed; retrying with backoff"),
+        "no WARN line"
+    );
+
+    kubectl_ok(&grant);
+    eventually(
+        Duration::from_secs(90),
+        "/readyz 200 once the right is back",
+        || async { (get(operator.health, "/readyz").await?.0 == 200).then_some(()) },
+    )
+    .await;
 }
 
 #[test]

@@ -2,8 +2,9 @@
 //! candidates try every retry period (2 s); a lease counts as expired when its record has not
 //! changed for its duration (15 s) *as measured on our clock* (no trust in other nodes' clocks);
 //! the leader renews every retry period and gives up if it cannot renew within the renew
-//! deadline (10 s); on shutdown it releases the lease (empty holder) so a standby takes over on
-//! its next try instead of waiting for expiry.
+//! deadline (10 s) — each try is abandoned when the deadline passes, so a hung request cannot
+//! keep a leader that lost the lease reconciling; on shutdown it releases the lease (empty
+//! holder) so a standby takes over on its next try instead of waiting for expiry.
 
 use std::time::{Duration, Instant};
 
@@ -25,18 +26,54 @@ pub struct LeaderElection {
     pub retry_period: Duration,
 }
 
+/// client-go's default lease duration.
+pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+/// client-go's default renew deadline.
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+/// client-go's default retry period.
+pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
+
 impl LeaderElection {
-    /// client-go's defaults: 15 s lease, 10 s renew deadline, 2 s retry period.
+    /// With client-go's defaults: 15 s lease, 10 s renew deadline, 2 s retry period.
     pub fn new(lease_name: String, namespace: String, identity: String) -> Self {
         LeaderElection {
             lease_name,
             namespace,
             identity,
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
+            lease_duration: LEASE_DURATION,
+            renew_deadline: RENEW_DEADLINE,
+            retry_period: RETRY_PERIOD,
         }
     }
+
+    /// client-go's rules: a standby must not take the lease while the leader may still renew it
+    /// (lease duration > renew deadline), and the leader must get more than one try per deadline.
+    pub fn check_timings(&self) -> Result<(), String> {
+        if self.lease_duration <= self.renew_deadline {
+            return Err(format!(
+                "the leader election lease duration ({:?}) must be longer than the renew deadline ({:?})",
+                self.lease_duration, self.renew_deadline
+            ));
+        }
+        if self.renew_deadline <= self.retry_period.mul_f64(1.2) {
+            return Err(format!(
+                "the leader election renew deadline ({:?}) must be longer than 1.2 × the retry period ({:?})",
+                self.renew_deadline, self.retry_period
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a try at the lease failed.
+#[derive(Debug, thiserror::Error)]
+enum AttemptError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// The call hung (a half-open connection, an overloaded API server): it is abandoned, so a
+    /// leader steps down within its renew deadline instead of reconciling on unseen.
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
 }
 
 /// What a try at the lease found.
@@ -60,7 +97,21 @@ pub async fn run(
     let mut last_renewal = Instant::now();
     loop {
         let is_leader = *leading.borrow();
-        match try_acquire_or_renew(&leases, &election, &mut observed).await {
+        // A leader's try may take only what is left of its renew deadline.
+        let budget = if is_leader {
+            election
+                .renew_deadline
+                .saturating_sub(last_renewal.elapsed())
+        } else {
+            election.renew_deadline
+        };
+        let attempt = tokio::time::timeout(
+            budget,
+            try_acquire_or_renew(&leases, &election, &mut observed),
+        )
+        .await
+        .unwrap_or(Err(AttemptError::TimedOut(budget)));
+        match attempt {
             Ok(Attempt::Leading) => {
                 last_renewal = Instant::now();
                 if !is_leader {
@@ -76,7 +127,7 @@ pub async fn run(
             Ok(Attempt::Following) => {}
             Err(error) => {
                 tracing::warn!(%error, lease = %election.lease_name, "error trying to acquire or renew the lease");
-                if is_leader && last_renewal.elapsed() > election.renew_deadline {
+                if is_leader && last_renewal.elapsed() >= election.renew_deadline {
                     tracing::error!(lease = %election.lease_name, "leader election lost: could not renew within the renew deadline");
                     leading.send_replace(false);
                     return;
@@ -89,7 +140,12 @@ pub async fn run(
         }
     }
     if *leading.borrow() {
-        release(&leases, &election).await;
+        if tokio::time::timeout(election.renew_deadline, release(&leases, &election))
+            .await
+            .is_err()
+        {
+            tracing::warn!(lease = %election.lease_name, "could not release the lease: no answer within the renew deadline");
+        }
         leading.send_replace(false);
     }
 }
@@ -106,7 +162,7 @@ async fn try_acquire_or_renew(
     leases: &Api<Lease>,
     election: &LeaderElection,
     observed: &mut Option<(String, Instant)>,
-) -> Result<Attempt, kube::Error> {
+) -> Result<Attempt, AttemptError> {
     let Some(mut lease) = leases.get_opt(&election.lease_name).await? else {
         let lease = Lease {
             metadata: ObjectMeta {

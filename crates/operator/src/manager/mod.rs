@@ -7,8 +7,10 @@ mod secure;
 mod server;
 mod startup;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::ValueEnum;
 use kube::Client;
@@ -67,6 +69,47 @@ pub struct Options {
     /// Test hook: the EtcdCluster controller cancels this right after adding a member and stops
     /// before creating its Pod, as if the process had died between the two.
     pub etcd_crash_after_member_add: Option<CancellationToken>,
+    pub timeouts: Timeouts,
+}
+
+/// How long the operator waits on the API server: no request, and no watch, can hang forever on
+/// a half-open connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Every request: no answer, or no progress reading one, within this long fails it (and the
+    /// caller retries). Above the API server's own 60 s limit, so a slow answer still arrives.
+    pub request: Duration,
+    /// Each watch asks the API server to end it after this long and is then renewed (from where
+    /// it was, without a new list); one silent for 5 s longer is taken for a dead connection.
+    pub watch: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            request: Duration::from_secs(70),
+            watch: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Timeouts {
+    /// A watch outliving the request timeout would be cut by it whenever its kind is quiet.
+    pub fn check(&self) -> Result<(), String> {
+        if self.watch + Duration::from_secs(5) >= self.request {
+            return Err(format!(
+                "the watch timeout ({:?}) plus 5 s must be shorter than the request timeout ({:?}): a quiet watch would be cut by it",
+                self.watch, self.request
+            ));
+        }
+        Ok(())
+    }
+
+    fn watch_secs(&self) -> u32 {
+        u32::try_from(self.watch.as_secs())
+            .unwrap_or(u32::MAX)
+            .max(1)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,50 +130,115 @@ pub enum Error {
     Tls(#[from] secure::TlsError),
     #[error("leader election lost")]
     LeadershipLost,
+    /// A controller ended while the manager was running: the process exits so that it is
+    /// restarted whole, instead of running on without that controller.
+    #[error("controller {controller} stopped unexpectedly: {cause}")]
+    ControllerStopped {
+        controller: &'static str,
+        cause: String,
+    },
+}
+
+/// The running controllers: each task, and the controller it runs.
+pub struct Controllers {
+    tasks: JoinSet<()>,
+    names: HashMap<tokio::task::Id, &'static str>,
+}
+
+impl Controllers {
+    fn spawn(&mut self, name: &'static str, controller: impl Future<Output = ()> + Send + 'static) {
+        let task = self.tasks.spawn(controller);
+        self.names.insert(task.id(), name);
+    }
+
+    /// Waits until every controller has stopped. One that stops before `shutdown` (it returned
+    /// or panicked) is an error, and the others are stopped too.
+    pub async fn supervise(mut self, shutdown: &CancellationToken) -> Result<(), Error> {
+        while let Some(joined) = self.tasks.join_next_with_id().await {
+            if shutdown.is_cancelled() {
+                continue;
+            }
+            let (id, cause) = match joined {
+                Ok((id, ())) => (id, "it returned".to_owned()),
+                Err(error) if error.is_panic() => (error.id(), "it panicked".to_owned()),
+                Err(error) => (error.id(), error.to_string()),
+            };
+            let controller = self.names.get(&id).copied().unwrap_or("unknown");
+            self.tasks.abort_all();
+            return Err(Error::ControllerStopped { controller, cause });
+        }
+        Ok(())
+    }
 }
 
 /// Starts the selected controllers; they stop (finishing in-flight reconciles) when `shutdown` is
-/// cancelled. Returns their tasks.
+/// cancelled.
 pub fn start_controllers(
     client: Client,
     options: &Options,
     readiness: &Readiness,
     metrics: &Arc<Metrics>,
     shutdown: &CancellationToken,
-) -> JoinSet<()> {
+) -> Controllers {
     let settings = Settings {
         client,
         namespace: options.namespace.clone(),
         concurrency: options.concurrency,
         readiness: readiness.clone(),
         metrics: metrics.clone(),
+        watch_timeout_secs: options.timeouts.watch_secs(),
     };
-    let mut tasks = JoinSet::new();
+    let mut running = Controllers {
+        tasks: JoinSet::new(),
+        names: HashMap::new(),
+    };
     for kind in &options.controllers {
         let settings = settings.clone();
         let stop = shutdown.clone().cancelled_owned();
         match kind {
-            ControllerKind::Myapp => tasks.spawn(controllers::myapp::run(settings, stop)),
-            ControllerKind::Appcluster => tasks.spawn(controllers::appcluster::run(settings, stop)),
-            ControllerKind::Sample => tasks.spawn(controllers::sample::run(settings, stop)),
-            ControllerKind::Sampledb => tasks.spawn(controllers::sampledb::run(settings, stop)),
+            ControllerKind::Myapp => {
+                running.spawn(
+                    controllers::myapp::NAME,
+                    controllers::myapp::run(settings, stop),
+                );
+            }
+            ControllerKind::Appcluster => running.spawn(
+                controllers::appcluster::NAME,
+                controllers::appcluster::run(settings, stop),
+            ),
+            ControllerKind::Sample => {
+                running.spawn(
+                    controllers::sample::NAME,
+                    controllers::sample::run(settings, stop),
+                );
+            }
+            ControllerKind::Sampledb => running.spawn(
+                controllers::sampledb::NAME,
+                controllers::sampledb::run(settings, stop),
+            ),
             ControllerKind::Etcdcluster => {
                 let etcd = EtcdSettings {
                     addressing: options.etcd_addressing,
                     client: Arc::new(EtcdGateway::new(GatewaySettings::default())),
                     crash_after_member_add: options.etcd_crash_after_member_add.clone(),
                 };
-                tasks.spawn(controllers::etcdcluster::run(settings, etcd, stop))
+                running.spawn(
+                    controllers::etcdcluster::NAME,
+                    controllers::etcdcluster::run(settings, etcd, stop),
+                );
             }
-            ControllerKind::Etcdbackup => tasks.spawn(controllers::etcdbackup::run(
-                settings,
-                options.etcd_addressing,
-                Arc::new(EtcdGateway::new(GatewaySettings::default())),
-                stop,
-            )),
-        };
+            ControllerKind::Etcdbackup => running.spawn(
+                controllers::etcdbackup::NAME,
+                controllers::etcdbackup::run(
+                    settings,
+                    options.etcd_addressing,
+                    Arc::new(EtcdGateway::new(GatewaySettings::default())),
+                    stop,
+                ),
+            ),
+        }
     }
-    tasks
+    running
 }
 
 /// Runs the manager until `shutdown` is cancelled: probes and metrics endpoints, the leader
@@ -144,6 +252,11 @@ pub async fn run(
 ) -> Result<(), Error> {
     let readiness = Readiness::default();
     let metrics = Arc::new(Metrics::default());
+    let mut config = config;
+    config.read_timeout = Some(options.timeouts.request);
+    // The timeout counts from when a request is sent, not from when its pooled connection last
+    // read something.
+    config.reset_reader_on_write = true;
     let client = counted_client(config, &metrics).map_err(|source| Error::Client { source })?;
     let mut servers = JoinSet::new();
     if let Some(address) = options.health_address {
@@ -197,13 +310,11 @@ pub async fn run(
             metrics.set_leader(lease, true);
         }
         readiness.set_standby(false);
-        let mut controllers = start_controllers(client, &options, &readiness, &metrics, &shutdown);
+        let controllers = start_controllers(client, &options, &readiness, &metrics, &shutdown);
+        // Losing the lease drops the controllers, which aborts their tasks at once.
         tokio::select! {
-            () = async { while controllers.join_next().await.is_some() {} } => Ok(()),
-            _ = leading.wait_for(|leading| !*leading) => {
-                controllers.abort_all();
-                Err(Error::LeadershipLost)
-            }
+            result = controllers.supervise(&shutdown) => result,
+            _ = leading.wait_for(|leading| !*leading) => Err(Error::LeadershipLost),
         }
     } else {
         Ok(())
@@ -220,4 +331,65 @@ pub async fn run(
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controllers(
+        tasks: Vec<(&'static str, futures::future::BoxFuture<'static, ()>)>,
+    ) -> Controllers {
+        let mut running = Controllers {
+            tasks: JoinSet::new(),
+            names: HashMap::new(),
+        };
+        for (name, task) in tasks {
+            running.spawn(name, task);
+        }
+        running
+    }
+
+    #[tokio::test]
+    async fn a_controller_that_panics_or_returns_stops_the_manager_with_its_name() {
+        let shutdown = CancellationToken::new();
+        let panicking = controllers(vec![
+            ("steady", Box::pin(std::future::pending())),
+            ("broken", Box::pin(async { panic!("a reconcile panicked") })),
+        ]);
+        let stopped = panicking
+            .supervise(&shutdown)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            stopped,
+            "controller broken stopped unexpectedly: it panicked"
+        );
+        let returning = controllers(vec![
+            ("steady", Box::pin(std::future::pending())),
+            ("quitter", Box::pin(async {})),
+        ]);
+        let stopped = returning
+            .supervise(&shutdown)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            stopped,
+            "controller quitter stopped unexpectedly: it returned"
+        );
+    }
+
+    #[tokio::test]
+    async fn controllers_that_stop_on_shutdown_stop_the_manager_cleanly() {
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let running = controllers(vec![
+            ("first", Box::pin(async move { stop.cancelled().await })),
+            ("second", Box::pin(shutdown.clone().cancelled_owned())),
+        ]);
+        shutdown.cancel();
+        assert!(running.supervise(&shutdown).await.is_ok());
+    }
 }

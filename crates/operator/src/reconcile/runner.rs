@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use app_operator_api::conditions::{DEGRADED, HasConditions};
 use futures::stream::{self, BoxStream};
@@ -44,6 +45,9 @@ pub struct Settings {
     pub concurrency: u16,
     pub readiness: Readiness,
     pub metrics: Arc<Metrics>,
+    /// Each watch call asks the API server to end it after this many seconds; one silent for 5 s
+    /// longer is taken for a dead connection and replaced (kube-runtime's idle timeout).
+    pub watch_timeout_secs: u32,
 }
 
 impl Settings {
@@ -156,17 +160,12 @@ impl<K: Cached + serde::Serialize> Runner<K> {
     pub fn owns<C: Cached>(&mut self) -> Store<C> {
         let config = watcher::Config::default().labels(&managed_selector());
         let (store, events) = cache::<C>(&self.settings, self.name, config);
-        let name = self.name;
         let owners = events
             .touched_objects()
             .filter_map(move |child| {
-                let owners = match child {
-                    Ok(child) => controllers_of::<K>(child.meta()),
-                    Err(error) => {
-                        warn_watch_error(name, &C::kind(&()), &error);
-                        Vec::new()
-                    }
-                };
+                // Errors were reported by the cache.
+                let owners =
+                    child.map_or_else(|_| Vec::new(), |child| controllers_of::<K>(child.meta()));
                 std::future::ready(Some(stream::iter(owners)))
             })
             .flatten();
@@ -204,7 +203,6 @@ impl<K: Cached + serde::Serialize> Runner<K> {
                     deletions.forget(object);
                 }
             })
-            .inspect_err(move |error| warn_watch_error(name, &K::kind(&()), error))
             .applied_objects()
             .inspect_ok(move |object| queue.workqueue.added(name, key(object)));
         let queue = metrics.clone();
@@ -248,17 +246,26 @@ fn cache<K: Cached>(
     Store<K>,
     impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 ) {
-    let synced = settings
-        .readiness
-        .cache(controller, K::kind(&()).into_owned());
+    let kind = K::kind(&()).into_owned();
+    let synced = settings.readiness.cache(controller, kind.clone());
+    let metrics = settings.metrics.clone();
     let (store, writer) = reflector::store();
+    let config = config.timeout(settings.watch_timeout_secs);
     let stream = watcher(settings.api::<K>(), config)
         .default_backoff()
         .modify(|object: &mut K| object.managed_fields_mut().clear())
         .reflect(writer)
-        .inspect_ok(move |event| {
-            if matches!(event, watcher::Event::InitDone) {
-                synced.mark();
+        .inspect(move |event| match event {
+            Ok(event) => {
+                if matches!(event, watcher::Event::InitDone) {
+                    synced.mark();
+                }
+                synced.watch_succeeded();
+            }
+            Err(error) => {
+                tracing::warn!(controller, %kind, %error, "watch failed; retrying with backoff");
+                metrics.watch_failed(controller, &kind);
+                synced.watch_failed(Instant::now());
             }
         });
     (store, stream)
@@ -279,10 +286,6 @@ fn controllers_of<K: Cached>(
         })
         .map(|owner| ObjectRef::new(&owner.name).within(namespace))
         .collect()
-}
-
-fn warn_watch_error(controller: &'static str, kind: &str, error: &watcher::Error) {
-    tracing::warn!(controller, kind, %error, "watch failed; retrying with backoff");
 }
 
 /// What the runner keeps for one controller.

@@ -38,6 +38,13 @@ pub struct DegradedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    pub controller: &'static str,
+    /// The kind watched, e.g. `Deployment`.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabels {
     pub name: String,
 }
@@ -119,6 +126,7 @@ pub struct Metrics {
     pub etcd_backups: BackupMetrics,
     etcd_snapshot_size: Family<ObjectNameLabels, Gauge>,
     cleanups_skipped: Family<SkippedCleanupLabels, Counter>,
+    watch_errors: Family<WatchLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -142,6 +150,12 @@ impl Default for Metrics {
         let etcd_quorum = Family::<ObjectNameLabels, Gauge>::default();
         let etcd_snapshot_size = Family::<ObjectNameLabels, Gauge>::default();
         let cleanups_skipped = Family::<SkippedCleanupLabels, Counter>::default();
+        let watch_errors = Family::<WatchLabels, Counter>::default();
+        registry.register(
+            "app_operator_watch_errors",
+            "Failed list or watch calls of the controllers' caches (each is retried with backoff), by controller and kind",
+            watch_errors.clone(),
+        );
         registry.register(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
@@ -243,6 +257,7 @@ impl Default for Metrics {
             etcd_backups,
             etcd_snapshot_size,
             cleanups_skipped,
+            watch_errors,
         }
     }
 }
@@ -555,6 +570,15 @@ impl Metrics {
     pub fn cleanup_skipped(&self, controller: &'static str, reason: &'static str) {
         self.cleanups_skipped
             .get_or_create(&SkippedCleanupLabels { controller, reason })
+            .inc();
+    }
+
+    pub fn watch_failed(&self, controller: &'static str, kind: &str) {
+        self.watch_errors
+            .get_or_create(&WatchLabels {
+                controller,
+                kind: kind.to_owned(),
+            })
             .inc();
     }
 

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use app_operator::controllers::etcdcluster::address::Addressing;
-use app_operator::manager::{ControllerKind, Options, counted_client, start_controllers};
+use app_operator::manager::{
+    ControllerKind, Controllers, Options, Timeouts, counted_client, start_controllers,
+};
 use app_operator::telemetry::metrics::Metrics;
 use app_operator::telemetry::readiness::Readiness;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -25,7 +27,6 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::Status;
 use testkit::{TestNamespace, eventually};
 use tokio::sync::OnceCell;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub const TIMEOUT: Duration = Duration::from_secs(60);
@@ -34,7 +35,7 @@ pub const TIMEOUT: Duration = Duration::from_secs(60);
 pub struct Operator {
     pub metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-    _tasks: JoinSet<()>,
+    _controllers: Controllers,
 }
 
 impl Drop for Operator {
@@ -100,10 +101,11 @@ async fn start_on(
         leader_election: None,
         etcd_addressing: Addressing::Loopback,
         etcd_crash_after_member_add: crash,
+        timeouts: Timeouts::default(),
     };
     let readiness = Readiness::default();
     let shutdown = CancellationToken::new();
-    let tasks = start_controllers(client, &options, &readiness, &metrics, &shutdown);
+    let controllers = start_controllers(client, &options, &readiness, &metrics, &shutdown);
     eventually(TIMEOUT, "the controllers' caches to sync", || async {
         readiness.not_ready().is_none().then_some(())
     })
@@ -111,7 +113,7 @@ async fn start_on(
     Operator {
         metrics,
         shutdown,
-        _tasks: tasks,
+        _controllers: controllers,
     }
 }
 

@@ -71,6 +71,11 @@ impl OperatorProcess {
         self.child.id()
     }
 
+    /// The exit status, if the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
     /// Waits for the process to exit (after a signal sent by the test).
     pub fn wait(&mut self) -> std::process::ExitStatus {
         self.child.wait().unwrap()
