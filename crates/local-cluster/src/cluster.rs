@@ -92,6 +92,28 @@ pub struct RunningCluster {
 
 pub struct Cluster;
 
+/// How [`Cluster::stop_component`] stops a component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM: a graceful shutdown (SIGKILL if it takes over 10 s).
+    Term,
+    /// SIGKILL: a crash.
+    Kill,
+}
+
+fn recorded_component(layout: &Layout, name: &str) -> Result<Recorded, Error> {
+    layout
+        .recorded()
+        .into_iter()
+        .find(|component| component.name == name)
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "no component {name} recorded in {}",
+                layout.pids().display()
+            ))
+        })
+}
+
 /// Client identities, each with its own kubeconfig. The controller manager and scheduler use the
 /// identities the bootstrap RBAC policy expects; kwok and people use the admin.
 fn identities() -> Vec<ClientIdentity> {
@@ -148,6 +170,59 @@ impl Cluster {
                     let _ = component.child.wait();
                 }
                 Err(error)
+            }
+        }
+    }
+
+    /// Stops one component of a running control plane, as its machine would: SIGTERM (SIGKILL
+    /// after 10 s) or SIGKILL at once. Its state (etcd's data, its recorded arguments) stays for
+    /// [`Cluster::start_component`].
+    pub fn stop_component(layout: &Layout, name: &str, how: Stop) -> Result<(), Error> {
+        let component = recorded_component(layout, name)?;
+        match how {
+            Stop::Term => component.stop(Duration::from_secs(10)),
+            Stop::Kill => component.kill(),
+        }
+        Ok(())
+    }
+
+    /// Starts a stopped component again with the same arguments (ports, data directory) and
+    /// waits until it serves: etcd accepts connections, the API server's `/readyz` says ok; the
+    /// other components until they have stayed up for 2 s.
+    pub async fn start_component(
+        layout: &Layout,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let component = recorded_component(layout, name)?;
+        if component.is_running() {
+            return Err(Error::Invalid(format!("{name} is already running")));
+        }
+        let spec = component.spec();
+        let client_port = spec
+            .args
+            .iter()
+            .find_map(|arg| arg.strip_prefix("--listen-client-urls=http://127.0.0.1:"))
+            .and_then(|port| port.parse().ok());
+        let mut started = [process::start(spec, &layout.logs(), &layout.pids())?];
+        let what = format!("{name} to serve again");
+        match (name, client_port) {
+            ("etcd", Some(port)) => {
+                wait_for(&mut started, timeout, layout, &what, || accepts(port)).await
+            }
+            ("kube-apiserver", _) => {
+                let client = admin_client(&layout.kubeconfig()).await?;
+                wait_for(&mut started, timeout, layout, &what, || {
+                    apiserver_ready(&client)
+                })
+                .await
+            }
+            _ => {
+                let up_since = Instant::now();
+                wait_for(&mut started, timeout, layout, &what, || async {
+                    Ok(up_since.elapsed() >= Duration::from_secs(2))
+                })
+                .await
             }
         }
     }
@@ -227,7 +302,7 @@ async fn start_all(
     start(
         started,
         Spec {
-            name: "etcd",
+            name: "etcd".into(),
             program: tools.bin("etcd"),
             args: args(&[
                 ("name", "default"),
@@ -248,18 +323,14 @@ async fn start_all(
         options.timeout,
         layout,
         "etcd to accept connections",
-        || async {
-            Ok(tokio::net::TcpStream::connect(("127.0.0.1", etcd_port))
-                .await
-                .is_ok())
-        },
+        || accepts(etcd_port),
     )
     .await?;
 
     start(
         started,
         Spec {
-            name: "kube-apiserver",
+            name: "kube-apiserver".into(),
             program: tools.bin("kube-apiserver"),
             args: args(&[
                 ("etcd-servers", &etcd_url),
@@ -296,15 +367,7 @@ async fn start_all(
         options.timeout,
         layout,
         "kube-apiserver /readyz",
-        || async {
-            let request = http::Request::get("/readyz")
-                .body(Vec::new())
-                .map_err(|e| Error::Invalid(e.to_string()))?;
-            Ok(client
-                .request_text(request)
-                .await
-                .is_ok_and(|body| body.trim() == "ok"))
-        },
+        || apiserver_ready(&client),
     )
     .await?;
 
@@ -312,7 +375,7 @@ async fn start_all(
     start(
         started,
         Spec {
-            name: "kube-controller-manager",
+            name: "kube-controller-manager".into(),
             program: tools.bin("kube-controller-manager"),
             args: args(&[
                 ("kubeconfig", &kcm_kubeconfig),
@@ -342,7 +405,7 @@ async fn start_all(
     start(
         started,
         Spec {
-            name: "kube-scheduler",
+            name: "kube-scheduler".into(),
             program: tools.bin("kube-scheduler"),
             args: args(&[
                 ("kubeconfig", &scheduler_kubeconfig),
@@ -357,7 +420,7 @@ async fn start_all(
     start(
         started,
         Spec {
-            name: "kwok",
+            name: "kwok".into(),
             program: tools.bin("kwok"),
             args: args(&[
                 ("kubeconfig", &kubeconfig_of("admin")),
@@ -522,6 +585,22 @@ fn free_ports<const N: usize>() -> Result<[u16; N], Error> {
     ports
         .try_into()
         .map_err(|_| Error::Invalid("free port count".into()))
+}
+
+async fn accepts(port: u16) -> Result<bool, Error> {
+    Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_ok())
+}
+
+async fn apiserver_ready(client: &Client) -> Result<bool, Error> {
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    Ok(client
+        .request_text(request)
+        .await
+        .is_ok_and(|body| body.trim() == "ok"))
 }
 
 /// Polls `ready` until it holds, failing early (with the log tail) if a started component died.

@@ -11,7 +11,7 @@ mod pki;
 mod process;
 pub mod tools;
 
-pub use cluster::{Cluster, ClusterOptions, Layout, RunningCluster, admin_client};
+pub use cluster::{Cluster, ClusterOptions, Layout, RunningCluster, Stop, admin_client};
 pub use error::Error;
 pub use tools::Tools;
 

@@ -16,14 +16,14 @@ use crate::error::Error;
 
 /// A component to start: its name (for logs and pid files), program and arguments.
 pub struct Spec {
-    pub name: &'static str,
+    pub name: String,
     pub program: PathBuf,
     pub args: Vec<String>,
 }
 
 /// A started component, still our child.
 pub struct Started {
-    pub name: &'static str,
+    pub name: String,
     pub child: Child,
     pub log: PathBuf,
 }
@@ -34,7 +34,7 @@ impl Started {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
             Ok(Some(status)) => Err(Error::ComponentExited {
-                component: self.name.to_owned(),
+                component: self.name.clone(),
                 status,
                 tail: log_tail(&self.log, 30),
                 log: self.log.clone(),
@@ -48,9 +48,16 @@ impl Started {
     }
 }
 
+/// Starts `spec`, its output appended to `<logs>/<name>.log` (a restarted component keeps its
+/// earlier log), and records it in `<pids>/<name>.pid`: the pid, the program, then each argument
+/// on its own line, so the same process can be started again.
 pub fn start(spec: Spec, logs: &Path, pids: &Path) -> Result<Started, Error> {
     let log = logs.join(format!("{}.log", spec.name));
-    let out = File::create(&log).map_err(Error::io("creating", &log))?;
+    let out = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(Error::io("creating", &log))?;
     let err = out.try_clone().map_err(Error::io("opening", &log))?;
     let child = Command::new(&spec.program)
         .args(&spec.args)
@@ -65,11 +72,12 @@ pub fn start(spec: Spec, logs: &Path, pids: &Path) -> Result<Started, Error> {
             source,
         })?;
     let pid_file = pids.join(format!("{}.pid", spec.name));
-    fs::write(
-        &pid_file,
-        format!("{}\n{}\n", child.id(), spec.program.display()),
-    )
-    .map_err(Error::io("writing", &pid_file))?;
+    let record: String = [child.id().to_string(), spec.program.display().to_string()]
+        .into_iter()
+        .chain(spec.args)
+        .map(|line| format!("{line}\n"))
+        .collect();
+    fs::write(&pid_file, record).map_err(Error::io("writing", &pid_file))?;
     Ok(Started {
         name: spec.name,
         child,
@@ -83,6 +91,7 @@ pub struct Recorded {
     pub name: String,
     pub pid: i32,
     pub program: PathBuf,
+    pub args: Vec<String>,
 }
 
 impl Recorded {
@@ -93,11 +102,30 @@ impl Recorded {
 
     /// SIGTERM, then SIGKILL if it has not gone after `grace`.
     pub fn stop(&self, grace: Duration) {
+        self.signal_until_gone(Signal::SIGTERM, grace);
+    }
+
+    /// SIGKILL at once, as a crash or a lost machine would.
+    pub fn kill(&self) {
+        self.signal_until_gone(Signal::SIGKILL, Duration::ZERO);
+    }
+
+    /// The spec it was started with, to start it again.
+    pub fn spec(&self) -> Spec {
+        Spec {
+            name: self.name.clone(),
+            program: self.program.clone(),
+            args: self.args.clone(),
+        }
+    }
+
+    /// Sends `first`, then SIGKILL if it has not gone after `grace`, and waits until it has.
+    fn signal_until_gone(&self, first: Signal, grace: Duration) {
         if !self.is_running() {
             return;
         }
         let pid = Pid::from_raw(self.pid);
-        let _ = kill(pid, Signal::SIGTERM);
+        let _ = kill(pid, first);
         let deadline = Instant::now() + grace;
         while self.is_running() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
@@ -130,9 +158,18 @@ pub fn recorded(pids: &Path) -> Vec<Recorded> {
             let mut lines = text.lines();
             let pid = lines.next()?.trim().parse().ok()?;
             let program = PathBuf::from(lines.next()?.trim());
+            let args = lines.map(str::to_owned).collect();
             let name = entry.path().file_stem()?.to_string_lossy().into_owned();
             let modified = entry.metadata().and_then(|m| m.modified()).ok()?;
-            Some((modified, Recorded { name, pid, program }))
+            Some((
+                modified,
+                Recorded {
+                    name,
+                    pid,
+                    program,
+                    args,
+                },
+            ))
         })
         .collect();
     found.sort_by_key(|(modified, _)| *modified);

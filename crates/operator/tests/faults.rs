@@ -1,0 +1,226 @@
+//! The operator through control-plane faults, on a control plane of its own (never the suite's
+//! shared one): the API server and etcd are killed and restarted under it, and it keeps running
+//! and converges what changed. The smoke subset of the fault suite.
+
+// Test code: a failed expectation is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use local_cluster::{Cluster, ClusterOptions, Layout, Stop};
+use support::process::OperatorProcess;
+use testkit::{eventually, tools};
+
+/// The goal the issue sets: converged within this long after the control plane is back.
+const CONVERGED_AFTER_RECOVERY: Duration = Duration::from_secs(60);
+
+/// A control plane of this test's own, stopped (and its state removed) when dropped.
+struct OwnCluster {
+    layout: Layout,
+    kubeconfig: PathBuf,
+}
+
+impl OwnCluster {
+    async fn up(name: &str) -> OwnCluster {
+        let layout = Layout {
+            state_dir: local_cluster::repo_root()
+                .join(format!("target/{name}-{}", std::process::id())),
+        };
+        let cluster = Cluster::up(&layout, tools(), &ClusterOptions::default())
+            .await
+            .unwrap();
+        OwnCluster {
+            kubeconfig: cluster.kubeconfig,
+            layout,
+        }
+    }
+
+    fn kubectl(&self, args: &[&str]) -> String {
+        let output = Command::new(tools().bin("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Kills `component` (SIGKILL), leaves it down for `down`, starts it again and waits until
+    /// it serves; returns when it was back.
+    async fn crash(&self, component: &str, down: Duration) -> Instant {
+        Cluster::stop_component(&self.layout, component, Stop::Kill).unwrap();
+        tokio::time::sleep(down).await;
+        Cluster::start_component(&self.layout, component, Duration::from_secs(120))
+            .await
+            .unwrap();
+        Instant::now()
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = Cluster::down(&self.layout);
+    }
+}
+
+fn repo_file(path: &str) -> String {
+    format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// MyApp `myapp-sample` serves `image` and is Ready, and AppCluster `appcluster-sample` has
+/// `size` Ready Pods.
+async fn converged(cluster: &OwnCluster, image: &str, size: u32, within: Duration, what: &str) {
+    eventually(within, what, || async {
+        let app = cluster.kubectl(&[
+            "get",
+            "deploy",
+            "myapp-sample",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image} {.status.readyReplicas}",
+        ]);
+        let ready = cluster.kubectl(&[
+            "get",
+            "myapp",
+            "myapp-sample",
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#,
+        ]);
+        let pods = cluster.kubectl(&[
+            "get",
+            "appcluster",
+            "appcluster-sample",
+            "-o",
+            "jsonpath={.status.ready}",
+        ]);
+        (app == format!("{image} 3") && ready == "True" && pods == size.to_string()).then_some(())
+    })
+    .await;
+}
+
+fn log_has_no_panic(operator: &OperatorProcess) {
+    let log = operator.log();
+    assert!(!log.contains("panicked"), "the operator panicked:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_rides_out_an_api_server_and_an_etcd_crash() {
+    let cluster = OwnCluster::up("faults-crash").await;
+    cluster.kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &repo_file("config/crd/bases"),
+    ]);
+    cluster.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "--all",
+        "--timeout=60s",
+    ]);
+    let mut operator = OperatorProcess::spawn(
+        Path::new(&cluster.kubeconfig),
+        &[
+            "--controllers=myapp,appcluster",
+            "--watch-namespace=default",
+        ],
+    );
+    operator.ready().await;
+    for sample in ["example_v1_myapp.yaml", "demo_v1_appcluster.yaml"] {
+        cluster.kubectl(&[
+            "apply",
+            "-f",
+            &repo_file(&format!("config/samples/{sample}")),
+        ]);
+    }
+    converged(
+        &cluster,
+        "nginx:1.27",
+        2,
+        support::TIMEOUT,
+        "the samples to converge",
+    )
+    .await;
+
+    // The API server is killed and down for 5 s; the operator stays up and takes the next edits.
+    let back = cluster
+        .crash("kube-apiserver", Duration::from_secs(5))
+        .await;
+    assert!(
+        operator.exited().is_none(),
+        "the operator exited with the API server"
+    );
+    cluster.kubectl(&[
+        "patch",
+        "myapp",
+        "myapp-sample",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"image":"nginx:1.28"}}"#,
+    ]);
+    cluster.kubectl(&[
+        "patch",
+        "appcluster",
+        "appcluster-sample",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":3}}"#,
+    ]);
+    converged(
+        &cluster,
+        "nginx:1.28",
+        3,
+        CONVERGED_AFTER_RECOVERY,
+        "the edits converged ≤ 60 s after the API server was back",
+    )
+    .await;
+    let converged_in = back.elapsed();
+
+    // etcd is killed and down for 10 s: no object is lost, and the next edits converge.
+    let back = cluster.crash("etcd", Duration::from_secs(10)).await;
+    assert!(operator.exited().is_none(), "the operator exited with etcd");
+    cluster.kubectl(&[
+        "patch",
+        "myapp",
+        "myapp-sample",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"image":"nginx:1.29"}}"#,
+    ]);
+    cluster.kubectl(&[
+        "patch",
+        "appcluster",
+        "appcluster-sample",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":2}}"#,
+    ]);
+    converged(
+        &cluster,
+        "nginx:1.29",
+        2,
+        CONVERGED_AFTER_RECOVERY,
+        "the edits converged ≤ 60 s after etcd was back",
+    )
+    .await;
+    println!(
+        "converged {converged_in:?} after the API server was back, {:?} after etcd was back",
+        back.elapsed()
+    );
+    log_has_no_panic(&operator);
+}
