@@ -78,8 +78,11 @@ pub struct MyAppSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
 
-    /// Env defines environment variables for the application.
+    /// Env defines environment variables for the application, each name once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // A list keyed by name, as a Pod's env is: a duplicate name is refused at apply time, instead
+    // of being accepted here and refused in the Deployment.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub env: Vec<EnvVar>,
 
     /// ServiceType defines the type of Service to create.
