@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use local_cluster::{Cluster, ClusterOptions, Layout, Stop};
+use serde_json::json;
 use support::process::OperatorProcess;
 use testkit::{eventually, tools};
 
@@ -112,6 +113,42 @@ async fn converged(cluster: &OwnCluster, image: &str, size: u32, within: Duratio
     .await;
 }
 
+/// Crashes `component` for `down_secs`, then sets the MyApp's image and the AppCluster's size:
+/// how long after the component was back both converged (at most the goal).
+async fn crash_then_edit(
+    cluster: &OwnCluster,
+    operator: &mut OperatorProcess,
+    component: &str,
+    down_secs: u64,
+    image: &str,
+    size: u32,
+) -> Duration {
+    let back = cluster
+        .crash(component, Duration::from_secs(down_secs))
+        .await;
+    assert!(
+        operator.exited().is_none(),
+        "the operator exited with {component}"
+    );
+    let image_patch = json!({ "spec": { "image": image } }).to_string();
+    let size_patch = json!({ "spec": { "size": size } }).to_string();
+    for (kind, name, patch) in [
+        ("myapp", "myapp-sample", &image_patch),
+        ("appcluster", "appcluster-sample", &size_patch),
+    ] {
+        cluster.kubectl(&["patch", kind, name, "--type=merge", "-p", patch]);
+    }
+    converged(
+        cluster,
+        image,
+        size,
+        CONVERGED_AFTER_RECOVERY,
+        &format!("the edits converged ≤ 60 s after {component} was back"),
+    )
+    .await;
+    back.elapsed()
+}
+
 fn log_has_no_panic(operator: &OperatorProcess) {
     let log = operator.log();
     assert!(!log.contains("panicked"), "the operator panicked:\n{log}");
@@ -157,70 +194,20 @@ async fn the_operator_rides_out_an_api_server_and_an_etcd_crash() {
     )
     .await;
 
-    // The API server is killed and down for 5 s; the operator stays up and takes the next edits.
-    let back = cluster
-        .crash("kube-apiserver", Duration::from_secs(5))
-        .await;
-    assert!(
-        operator.exited().is_none(),
-        "the operator exited with the API server"
-    );
-    cluster.kubectl(&[
-        "patch",
-        "myapp",
-        "myapp-sample",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"image":"nginx:1.28"}}"#,
-    ]);
-    cluster.kubectl(&[
-        "patch",
-        "appcluster",
-        "appcluster-sample",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"size":3}}"#,
-    ]);
-    converged(
+    // The API server is killed and down for 5 s, then etcd for 10 s (no object may be lost):
+    // each time the operator stays up and converges the next edits.
+    let after_api_server = crash_then_edit(
         &cluster,
+        &mut operator,
+        "kube-apiserver",
+        5,
         "nginx:1.28",
         3,
-        CONVERGED_AFTER_RECOVERY,
-        "the edits converged ≤ 60 s after the API server was back",
     )
     .await;
-    let converged_in = back.elapsed();
-
-    // etcd is killed and down for 10 s: no object is lost, and the next edits converge.
-    let back = cluster.crash("etcd", Duration::from_secs(10)).await;
-    assert!(operator.exited().is_none(), "the operator exited with etcd");
-    cluster.kubectl(&[
-        "patch",
-        "myapp",
-        "myapp-sample",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"image":"nginx:1.29"}}"#,
-    ]);
-    cluster.kubectl(&[
-        "patch",
-        "appcluster",
-        "appcluster-sample",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"size":2}}"#,
-    ]);
-    converged(
-        &cluster,
-        "nginx:1.29",
-        2,
-        CONVERGED_AFTER_RECOVERY,
-        "the edits converged ≤ 60 s after etcd was back",
-    )
-    .await;
+    let after_etcd = crash_then_edit(&cluster, &mut operator, "etcd", 10, "nginx:1.29", 2).await;
     println!(
-        "converged {converged_in:?} after the API server was back, {:?} after etcd was back",
-        back.elapsed()
+        "converged {after_api_server:?} after the API server was back, {after_etcd:?} after etcd was back"
     );
     log_has_no_panic(&operator);
 }
