@@ -136,6 +136,8 @@ type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Erro
 pub struct Runner<K: Cached> {
     name: &'static str,
     settings: Settings,
+    /// The label selector of the children this controller watches (see [`Runner::children`]).
+    children: String,
     store: Store<Guarded<K>>,
     events: WatchEvents<Guarded<K>>,
     triggers: Vec<BoxStream<'static, ObjectRef<Guarded<K>>>>,
@@ -148,17 +150,28 @@ impl<K: Cached + serde::Serialize> Runner<K> {
         Runner {
             name,
             settings: settings.clone(),
+            children: managed_selector(),
             store,
             events: events.boxed(),
             triggers: Vec::new(),
         }
     }
 
+    /// Narrows the children this controller watches to those with `label` (a label selector
+    /// requirement, e.g. `etcd_cluster`), besides the operator's `managed-by` label. Every
+    /// controller that shares a child kind with another names its own: each caches its own
+    /// children, not a copy of every other controller's (1000 MyApps' Services were cached three
+    /// times).
+    pub fn children(mut self, label: &str) -> Self {
+        self.children = format!("{},{label}", managed_selector());
+        self
+    }
+
     /// Watches the children of kind `C` the operator manages (by label) and reconciles their
     /// controlling `K` on each change, deletions included (a deleted child is rebuilt). Returns
     /// the cache the reconcile reads them from.
     pub fn owns<C: Cached>(&mut self) -> Store<C> {
-        let config = watcher::Config::default().labels(&managed_selector());
+        let config = watcher::Config::default().labels(&self.children);
         let (store, events) = cache::<C>(&self.settings, self.name, config);
         let owners = events
             .touched_objects()
@@ -182,6 +195,7 @@ impl<K: Cached + serde::Serialize> Runner<K> {
         let Runner {
             name,
             settings,
+            children: _,
             store,
             events,
             triggers,

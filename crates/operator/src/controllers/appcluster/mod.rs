@@ -43,7 +43,13 @@ pub const BURST: usize = 500;
 const DELETES_IN_FLIGHT: usize = 32;
 
 pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let mut runner = Runner::<AppCluster>::new(NAME, &settings);
+    // AppCluster Pods carry `app: <name>`; etcd members and SampleDB Pods have labels of their own.
+    let own_pods = format!(
+        "app,!{},!{}",
+        super::etcdcluster::CLUSTER_LABEL,
+        super::sampledb::INSTANCE_LABEL
+    );
+    let mut runner = Runner::<AppCluster>::new(NAME, &settings).children(&own_pods);
     let reconciler = AppClusterReconciler {
         pods: runner.owns(),
         expectations: Expectations::default(),

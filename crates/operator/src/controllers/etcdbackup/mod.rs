@@ -67,7 +67,7 @@ pub async fn run(
     etcd: Arc<dyn EtcdApi>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let mut runner = Runner::<EtcdBackup>::new(NAME, &settings);
+    let mut runner = Runner::<EtcdBackup>::new(NAME, &settings).children(children::INSTANCE_LABEL);
     let reconciler = EtcdBackupReconciler {
         jobs: runner.owns(),
         claims: runner.owns(),

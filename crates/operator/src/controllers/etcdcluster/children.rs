@@ -30,16 +30,19 @@ pub const RESTORED_FROM_ANNOTATION: &str = "etcd.database.coreos.com/restored-fr
 const SNAPSHOT_VOLUME: &str = "snapshot";
 const SNAPSHOT_MOUNT: &str = "/var/etcd-restore";
 
+/// The label naming a member's (or a Service's, a claim's) cluster.
+pub const CLUSTER_LABEL: &str = "etcd_cluster";
+
 /// `app=etcd,etcd_cluster=<name>`: the coreos operator's labels, which users select by.
 pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app".to_owned(), "etcd".to_owned()),
-        ("etcd_cluster".to_owned(), cluster.to_owned()),
+        (CLUSTER_LABEL.to_owned(), cluster.to_owned()),
     ])
 }
 
 pub fn selector(cluster: &str) -> String {
-    format!("app=etcd,etcd_cluster={cluster}")
+    format!("app=etcd,{CLUSTER_LABEL}={cluster}")
 }
 
 fn labels(cluster: &str) -> BTreeMap<String, String> {

@@ -31,6 +31,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use self::address::Addressing;
+pub use self::children::CLUSTER_LABEL;
 use self::children::{ClusterState, MemberPod as MemberPodSpec, pod_version};
 use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
 use self::version::Version;
@@ -65,7 +66,7 @@ pub async fn run(
     etcd: EtcdSettings,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let mut runner = Runner::<EtcdCluster>::new(NAME, &settings);
+    let mut runner = Runner::<EtcdCluster>::new(NAME, &settings).children(CLUSTER_LABEL);
     let reconciler = EtcdClusterReconciler {
         pods: runner.owns(),
         services: Owned::new(runner.owns(), OnImmutable::Recreate),

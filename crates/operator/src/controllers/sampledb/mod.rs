@@ -29,7 +29,8 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use self::children::{INSTANCE_LABEL, JobKind, ROLE_LABEL};
+pub use self::children::INSTANCE_LABEL;
+use self::children::{JobKind, ROLE_LABEL};
 use self::status::{Findings, Problem};
 use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
@@ -47,7 +48,7 @@ pub const NAME: &str = "sampledb";
 const POLL: Duration = Duration::from_secs(2);
 
 pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let mut runner = Runner::<SampleDB>::new(NAME, &settings);
+    let mut runner = Runner::<SampleDB>::new(NAME, &settings).children(INSTANCE_LABEL);
     let reconciler = SampleDBReconciler {
         config_maps: Owned::new(runner.owns(), OnImmutable::Recreate),
         services: Owned::new(runner.owns(), OnImmutable::Recreate),
