@@ -13,7 +13,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use local_cluster::{Cluster, ClusterOptions, Layout, Stop};
@@ -46,19 +45,7 @@ impl OwnCluster {
     }
 
     fn kubectl(&self, args: &[&str]) -> String {
-        let output = Command::new(tools().bin("kubectl"))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "kubectl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
+        testkit::kubectl_ok_on(&self.kubeconfig, args)
     }
 
     /// Kills `component` (SIGKILL), leaves it down for `down`, starts it again and waits until

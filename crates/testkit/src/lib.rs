@@ -114,16 +114,26 @@ pub fn tools() -> &'static Tools {
 
 /// `kubectl` of the pinned release, pointed at the suite's control plane.
 pub fn kubectl(args: &[&str]) -> Output {
+    kubectl_on(&kubeconfig(), args)
+}
+
+/// `kubectl` of the pinned release, pointed at the control plane of `kubeconfig` (a test's own).
+pub fn kubectl_on(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
     Command::new(tools().bin("kubectl"))
         .args(args)
-        .env("KUBECONFIG", kubeconfig())
+        .env("KUBECONFIG", kubeconfig)
         .output()
         .unwrap_or_else(|e| panic!("running kubectl: {e}"))
 }
 
 /// Like [`kubectl`], failing the test with kubectl's stderr unless it succeeds; returns stdout.
 pub fn kubectl_ok(args: &[&str]) -> String {
-    let output = kubectl(args);
+    kubectl_ok_on(&kubeconfig(), args)
+}
+
+/// Like [`kubectl_on`], failing the test with kubectl's stderr unless it succeeds.
+pub fn kubectl_ok_on(kubeconfig: &std::path::Path, args: &[&str]) -> String {
+    let output = kubectl_on(kubeconfig, args);
     assert!(
         output.status.success(),
         "kubectl {} failed: {}",
