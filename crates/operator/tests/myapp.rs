@@ -567,6 +567,63 @@ async fn an_unowned_deployment_of_the_same_name_is_left_alone_and_reported() {
     );
 }
 
+/// The first apply of a child the cache does not hold is sent without a lookup: a hand-made
+/// object whose fields all hold the values the operator would set must still not be taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unowned_deployment_equal_to_ours_is_not_taken_over() {
+    let ns = TestNamespace::new("myapp-twin").await;
+    let _operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    let mut app = my_app("web", json!({ "image": "nginx:1.27" }));
+    app.metadata.namespace = Some(ns.name.clone());
+    // What the operator builds, made by hand: without an owner, and without the managed-by
+    // label, so the operator's cache does not select it.
+    let mut twin = app_operator::controllers::myapp::deployment(&app, Default::default());
+    twin.metadata.owner_references = None;
+    twin.labels_mut().remove("app.kubernetes.io/managed-by");
+    let deployments = ns.api::<Deployment>();
+    let before = deployments
+        .create(&PostParams::default(), &twin)
+        .await
+        .unwrap();
+    let apps = ns.api::<MyApp>();
+    apps.create(&PostParams::default(), &app).await.unwrap();
+
+    let degraded = eventually(TIMEOUT, "Degraded=True", || async {
+        let status = apps.get("web").await.ok()?.status?;
+        status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == DEGRADED && c.status == "True")
+    })
+    .await;
+    assert_eq!(degraded.reason, "ChildConflict", "{}", degraded.message);
+    let after = deployments.get("web").await.unwrap();
+    assert!(
+        after.owner_references().is_empty(),
+        "the Deployment was taken over: {:?}",
+        after.owner_references()
+    );
+    assert_eq!(after.labels(), before.labels(), "labels changed");
+    assert!(
+        !after
+            .annotations()
+            .contains_key(app_operator::reconcile::apply::APPLIED_DIGEST_ANNOTATION),
+        "{:?}",
+        after.annotations()
+    );
+    assert_eq!(after.spec, before.spec);
+    // Deployments count annotation changes as generations: our digest annotation came and went
+    // once (the apply that found the object, and the release), and was not tried again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = deployments.get("web").await.unwrap();
+    assert!(
+        later.metadata.generation <= before.metadata.generation.map(|g| g + 2),
+        "applied again and again: generation {:?} -> {:?}",
+        before.metadata.generation,
+        later.metadata.generation
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_converged_myapp_causes_no_writes() {
     let ns = TestNamespace::new("myapp-idle").await;

@@ -68,9 +68,9 @@ pub fn controller_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Option<
 ///
 /// `cached` is what the watch cache holds under that name. An object that exists but is not
 /// controlled by `owner_uid` is never taken over: that is [`Error::Conflict`]. When the cache has
-/// nothing, one GET rules out an object the cache does not select (e.g. made by hand): of the
-/// metadata only, served from the API server's watch cache, which is as fresh as ours and
-/// spares etcd a read.
+/// nothing, the child is almost always new, so it is applied without force and without a lookup
+/// first (see [`apply_new`]): one request creates it. `lookup_first` is for a name known to be
+/// taken by someone else's object: it is looked up (GET) instead, and left alone.
 ///
 /// No request is sent when the cached object is ours, was last applied with this very
 /// configuration (its digest annotation) and still holds every field of it (no drift): such an
@@ -80,6 +80,7 @@ pub async fn apply_child<K>(
     desired: &K,
     cached: Option<&K>,
     owner_uid: &str,
+    lookup_first: bool,
 ) -> Result<(K, Applied), Error>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
@@ -94,15 +95,19 @@ where
     }
     let existing = match cached {
         Some(object) => Some(object.meta().clone()),
-        None => api
-            .get_metadata_opt_with(&name, &GetParams::any())
-            .await
-            .map_err(|source| Error::Get {
-                kind: K::kind(&()).into_owned(),
-                name: name.clone(),
-                source,
-            })?
-            .map(|object| object.metadata),
+        None if lookup_first => lookup(api, &name).await?,
+        None => match apply_new(api, &desired).await {
+            Ok(New::Created(created)) => return Ok((created, Applied::Created)),
+            Ok(New::Ours(applied)) => return Ok((applied, Applied::Unchanged)),
+            Ok(New::Foreign) => {
+                return Err(Error::Conflict {
+                    kind: K::kind(&()).into_owned(),
+                    name,
+                });
+            }
+            // A field conflict or an invalid object: look at what is there, as below.
+            Err(_) => lookup(api, &name).await?,
+        },
     };
     if let Some(existing) = &existing
         && !controls(existing, owner_uid)
@@ -130,6 +135,144 @@ where
         Some(_) => Applied::Unchanged,
     };
     Ok((applied, change))
+}
+
+/// The metadata of the object `name`, if there is one: served from the API server's watch cache,
+/// which is as fresh as ours and spares etcd a read.
+async fn lookup<K>(api: &Api<K>, name: &str) -> Result<Option<ObjectMeta>, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
+    Ok(api
+        .get_metadata_opt_with(name, &GetParams::any())
+        .await
+        .map_err(|source| Error::Get {
+            kind: K::kind(&()).into_owned(),
+            name: name.to_owned(),
+            source,
+        })?
+        .map(|object| object.metadata))
+}
+
+/// What applying a child the cache does not hold found.
+enum New<K> {
+    /// Nothing: this request created it.
+    Created(K),
+    /// Ours: made by an earlier pass, not delivered by the watch yet.
+    Ours(K),
+    /// Someone else's object of that name with the same values as ours (different ones conflict):
+    /// our fields were released again.
+    Foreign,
+}
+
+/// Server-side applies a child the cache does not hold, without force: on a name that is free
+/// (the usual case) it is created (201), with no lookup first. An object of that name (the cache
+/// selects only our children, so one made by hand would not show) whose fields hold other values
+/// under another manager fails the apply as a conflict, and an object with another controller
+/// fails it as invalid (one controller only): the caller then looks at what is there. One whose
+/// values all equal ours gets our fields merged in; unless the object is ours, they are released
+/// again at once, so it is never taken over.
+async fn apply_new<K>(api: &Api<K>, desired: &K) -> Result<New<K>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let name = desired.name_any();
+    let request = kube::core::Request::new(api.resource_url())
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(desired),
+        )
+        .map_err(kube::Error::BuildRequest)?;
+    let client = api.clone().into_client();
+    let response = client.send(request.map(kube::client::Body::from)).await?;
+    let status = response.status();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await?
+        .to_bytes();
+    if status.is_client_error() || status.is_server_error() {
+        let refusal = serde_json::from_slice::<kube::core::Status>(&body).unwrap_or_else(|_| {
+            kube::core::Status::failure(&String::from_utf8_lossy(&body), "")
+                .with_code(status.as_u16())
+        });
+        return Err(kube::Error::Api(refusal.boxed()));
+    }
+    let applied: K = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+    if status == http::StatusCode::CREATED {
+        return Ok(New::Created(applied));
+    }
+    if !shares_fields_with_another_manager(applied.meta()) {
+        return Ok(New::Ours(applied));
+    }
+    // Applying no fields gives up ours: fields only we held (our ownerReference, labels and
+    // digest) go, the ones we shared with the object's manager stay as they were.
+    let release = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": { "name": name },
+    });
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER),
+        &Patch::Apply(&release),
+    )
+    .await?;
+    Ok(New::Foreign)
+}
+
+/// Whether a field manager that is not ours owns, on the object itself (not a subresource such
+/// as status), a field that our apply owns too: a manager of an object made by someone else.
+/// Other managers of our own children (the Deployment controller's revision annotation, an
+/// autoscaler) own fields we do not set.
+fn shares_fields_with_another_manager(meta: &ObjectMeta) -> bool {
+    let entries: Vec<_> = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| entry.subresource.as_deref().unwrap_or_default().is_empty())
+        .collect();
+    let leaves_of =
+        |entry: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry| {
+            let mut leaves = std::collections::HashSet::new();
+            if let Some(fields) = &entry.fields_v1 {
+                field_leaves(&fields.0, String::new(), &mut leaves);
+            }
+            leaves
+        };
+    let ours: std::collections::HashSet<String> = entries
+        .iter()
+        .filter(|entry| entry.manager.as_deref() == Some(FIELD_MANAGER))
+        .flat_map(leaves_of)
+        .collect();
+    entries
+        .iter()
+        .filter(|entry| {
+            !entry
+                .manager
+                .as_deref()
+                .is_some_and(|manager| manager.starts_with(FIELD_MANAGER))
+        })
+        .any(|entry| !leaves_of(entry).is_disjoint(&ours))
+}
+
+/// The paths of the fields a `fieldsV1` set names (`.` marks the set's own parent: skipped, as
+/// two managers of one map's keys both have it).
+fn field_leaves(set: &Value, path: String, leaves: &mut std::collections::HashSet<String>) {
+    let Value::Object(fields) = set else {
+        return;
+    };
+    for (key, inner) in fields {
+        if key == "." {
+            continue;
+        }
+        let path = format!("{path}/{key}");
+        match inner {
+            Value::Object(children) if !children.is_empty() => field_leaves(inner, path, leaves),
+            _ => {
+                leaves.insert(path);
+            }
+        }
+    }
 }
 
 /// `desired` with the digest of its serialization in [`APPLIED_DIGEST_ANNOTATION`].

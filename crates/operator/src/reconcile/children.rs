@@ -1,7 +1,8 @@
 //! The child set: the children of one kind a reconcile wants, applied with server-side apply
 //! (never taking over a foreign object), and the owned ones it no longer wants removed.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use kube::api::{Api, DeleteParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::reflector::Store;
@@ -41,6 +42,9 @@ pub enum Verb {
 pub struct Owned<C: Cached> {
     store: Store<C>,
     on_immutable: OnImmutable,
+    /// `namespace/name` of children found taken by someone else's object: until that is gone,
+    /// they are looked up, not applied (each try would touch the object, see `apply_child`).
+    taken: Mutex<HashSet<String>>,
 }
 
 impl<C: Cached + Serialize> Owned<C> {
@@ -48,6 +52,7 @@ impl<C: Cached + Serialize> Owned<C> {
         Owned {
             store,
             on_immutable,
+            taken: Mutex::default(),
         }
     }
 
@@ -69,14 +74,25 @@ impl<C: Cached + Serialize> Owned<C> {
             .ok_or(Error::MissingMetadata("namespace"))?;
         let api: Api<C> = Api::namespaced(client.clone(), &namespace);
         let current = self.get(&namespace, &desired.name_any());
-        let (applied, change) =
-            match apply_child(&api, desired, current.as_deref(), owner_uid).await {
-                Err(error) if error.is_immutable_field() => {
-                    self.replace(&api, desired, current.as_deref(), owner_uid, error)
-                        .await?
-                }
-                other => other?,
-            };
+        let key = format!("{namespace}/{}", desired.name_any());
+        let taken = self.taken().contains(&key);
+        let applied = apply_child(&api, desired, current.as_deref(), owner_uid, taken).await;
+        match &applied {
+            Err(Error::Conflict { .. }) => {
+                self.taken().insert(key);
+            }
+            Ok(_) if taken => {
+                self.taken().remove(&key);
+            }
+            _ => {}
+        }
+        let (applied, change) = match applied {
+            Err(error) if error.is_immutable_field() => {
+                self.replace(&api, desired, current.as_deref(), owner_uid, error)
+                    .await?
+            }
+            other => other?,
+        };
         let verb = match change {
             Applied::Created => Some(Verb::Created),
             Applied::Changed => Some(Verb::Updated),
@@ -88,6 +104,12 @@ impl<C: Cached + Serialize> Owned<C> {
             verb,
         });
         Ok((applied, change))
+    }
+
+    fn taken(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.taken
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// An immutable field changed: re-create the child, or refuse.
@@ -105,7 +127,7 @@ impl<C: Cached + Serialize> Owned<C> {
         match (self.on_immutable, uid) {
             (OnImmutable::Recreate, Some(uid)) => {
                 delete_child(api, &name, Some(&uid)).await?;
-                let (created, _) = apply_child(api, desired, None, owner_uid).await?;
+                let (created, _) = apply_child(api, desired, None, owner_uid, false).await?;
                 Ok((created, Applied::Changed))
             }
             _ => Err(Error::ImmutableFieldChanged {
