@@ -11,7 +11,10 @@ pub use deployment::deployment;
 pub use hpa::hpa;
 pub use service::service;
 
-use app_operator_api::MyApp;
+use std::time::Duration;
+
+use app_operator_api::conditions::READY;
+use app_operator_api::{MyApp, MyAppStatus};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
@@ -88,6 +91,13 @@ impl Reconciler for MyAppReconciler {
         };
         let now = Time(Timestamp::now());
         let desired = status(app, deployment.as_ref(), outcome.as_ref().err(), &now);
+        if outcome.is_ok()
+            && app.status.is_none()
+            && let Some(wait) = first_status_wait(app, &desired, &now)
+        {
+            announce(shared, app, &changes).await;
+            return Ok(Action::requeue(wait));
+        }
         let stamp = |status: &mut app_operator_api::MyAppStatus| {
             status.last_update_time = Some(now.clone())
         };
@@ -223,6 +233,26 @@ impl MyAppReconciler {
             (_, change) => change,
         })
     }
+}
+
+/// How long a new MyApp's first status waits for its Deployment to become available: one that is
+/// Ready by then gets one status write, not one per step of its first rollout (created, Pods
+/// scheduled, Pods ready). Failures are written at once.
+const FIRST_STATUS_WAIT: Duration = Duration::from_secs(10);
+
+/// While a MyApp that never had a status is younger than [`FIRST_STATUS_WAIT`] and `desired`
+/// is not Ready yet: how long is left (the reconcile that ends it writes whatever is true then).
+fn first_status_wait(app: &MyApp, desired: &MyAppStatus, now: &Time) -> Option<Duration> {
+    let ready = desired
+        .conditions
+        .iter()
+        .any(|c| c.type_ == READY && c.status == "True");
+    let created = app.metadata.creation_timestamp.as_ref()?;
+    let age = Duration::try_from(now.0.duration_since(created.0)).unwrap_or(Duration::ZERO);
+    (!ready)
+        .then(|| FIRST_STATUS_WAIT.checked_sub(age))
+        .flatten()
+        .filter(|left| !left.is_zero())
 }
 
 /// One Normal event per verb for the children that were created, changed or removed (none when
