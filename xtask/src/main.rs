@@ -82,6 +82,16 @@ enum Task {
         churn_size: usize,
         #[arg(long, default_value = "target/bench")]
         output: PathBuf,
+        /// Another operator to run through the MyApp rounds after ours, as `NAME=COMMAND`: a
+        /// command line (run by `sh -c`, with `KUBECONFIG` set to the benchmark identity) that
+        /// serves controller-runtime's metrics on `{metrics}` and `/readyz` on `{health}`, which
+        /// are replaced by free local addresses. Repeatable.
+        #[arg(long, value_parser = parse_compare)]
+        compare: Vec<bench::Launch>,
+        /// A YAML file of ClusterRoles the compared operators need besides ours (bound to the
+        /// same ServiceAccount). Repeatable.
+        #[arg(long)]
+        compare_rbac: Vec<PathBuf>,
     },
 }
 
@@ -92,6 +102,19 @@ fn main() -> ExitCode {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `NAME=COMMAND` of `--compare`.
+fn parse_compare(value: &str) -> Result<bench::Launch, String> {
+    match value.split_once('=') {
+        Some((name, line)) if !name.is_empty() && !line.trim().is_empty() => {
+            Ok(bench::Launch::Command {
+                name: name.to_owned(),
+                line: line.to_owned(),
+            })
+        }
+        _ => Err(format!("expected NAME=COMMAND, got {value:?}")),
     }
 }
 
@@ -168,6 +191,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             churn_cycles,
             churn_size,
             output,
+            compare,
+            compare_rbac,
         } => {
             let output = if output.is_relative() {
                 repo().join(output)
@@ -184,7 +209,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 churn_size,
                 output,
                 kubeconfig: PathBuf::new(),
-                operator_binary: PathBuf::new(),
+                operators: compare,
+                extra_roles: compare_rbac,
             }))?;
         }
         Task::Test { cargo_args } => return runtime.block_on(test(&cargo_args)),
@@ -230,7 +256,12 @@ async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
     if !built.success() {
         bail!("building the release operator failed");
     }
-    options.operator_binary = repo().join("target/release/app-operator");
+    options.operators.insert(
+        0,
+        bench::Launch::Ours {
+            binary: repo().join("target/release/app-operator"),
+        },
+    );
     let layout = Layout {
         state_dir: repo().join(".local/bench-cluster"),
     };
@@ -268,15 +299,25 @@ async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> {
         churn_size: 10,
         output: repo().join("target/bench-smoke"),
         kubeconfig: kubeconfig.to_owned(),
-        operator_binary: repo().join("target/debug/app-operator"),
+        operators: vec![bench::Launch::Ours {
+            binary: repo().join("target/debug/app-operator"),
+        }],
+        extra_roles: Vec::new(),
     };
     let report = run_bench(&options, tools).await?;
-    let round = report.myapp.first().context("no MyApp round")?;
+    let round = report
+        .ours()
+        .and_then(|run| run.myapp.first())
+        .context("no MyApp round")?;
     let cluster = report.appcluster.as_ref().context("no AppCluster round")?;
     let checks = [
         ("all 20 MyApps Ready", round.all_ready()),
         ("no operator writes at rest", round.steady_writes == 0),
-        ("the floor converged", round.floor_converged()),
+        ("both floors converged", round.floors_converged()),
+        (
+            "restarted without writes",
+            round.restart.as_ref().is_some_and(|r| r.writes() == 0),
+        ),
         (
             "AppCluster reached 20 Ready Pods",
             cluster.operator_seconds.is_some(),

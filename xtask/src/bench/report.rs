@@ -1,0 +1,207 @@
+//! The report: a markdown table per operator, and the SVG chart.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+
+use super::myapp::Pass;
+use super::{OperatorRun, Report};
+
+fn seconds(value: Option<f64>) -> String {
+    value.map_or_else(|| "did not converge".to_owned(), |s| format!("{s:.2} s"))
+}
+
+fn ratio(r: Option<f64>) -> String {
+    r.map_or("-".into(), |r| format!("{r:.2}"))
+}
+
+fn by_method<V: std::fmt::Display>(requests: impl IntoIterator<Item = (String, V)>) -> String {
+    requests
+        .into_iter()
+        .map(|(method, count)| format!("{method} {count}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub fn markdown(report: &Report) -> String {
+    let mut text = format!(
+        "Machine: {}. Each operator: its own process, as the ServiceAccount bound to the ClusterRole of config/rbac, {}. Client concurrency: {}.\n\n",
+        report.machine, report.operator_settings, report.client_concurrency
+    );
+    let _ = writeln!(
+        text,
+        "Each N: {} pass(es) of the operator, the floor (the same Deployments and Services from a plain client) and the fair floor (the user's MyApp creates and, beside them, a plain client with the operator's identity creating each MyApp's Deployment and Service and writing its status once); the row shows the pass with the median (a) / fair floor, the ratios column every pass.",
+        report.repeat
+    );
+    for run in &report.operators {
+        operator_section(&mut text, run);
+    }
+    if let Some(round) = &report.appcluster {
+        let _ = write!(
+            text,
+            "\nAppCluster 0 -> {} (app-operator): {} to all Ready vs {} for the same Pods from a plain client (ratio {}); most Pods at once: {}.\n",
+            round.size,
+            seconds(round.operator_seconds),
+            seconds(round.floor_seconds),
+            ratio(round.ratio_to_floor),
+            round.most_pods_at_once
+        );
+    }
+    if let Some(churn) = &report.churn {
+        let _ = write!(
+            text,
+            "\nChurn (app-operator): {} cycles of {} MyApps created, Ready and deleted; RSS after each cycle: {} MiB; last / cycle 2 = {}.\n",
+            churn.rss_mib.len(),
+            churn.size,
+            churn
+                .rss_mib
+                .iter()
+                .map(|r| format!("{r:.1}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            ratio(churn.growth()),
+        );
+    }
+    text
+}
+
+fn operator_section(text: &mut String, run: &OperatorRun) {
+    let _ = write!(text, "\n### {}\n\n`{}`\n\n", run.name, run.command);
+    text.push_str("| N MyApps | children (a) | fair floor | (a) / fair | ratios | floor | (a) / floor | all Ready (b) | fair floor Ready | all Ready | requests per MyApp | steady writes | steady reads | settled RSS |\n");
+    text.push_str("|---:|---:|---:|---:|---|---:|---:|---:|---:|:--:|---|---:|---:|---:|\n");
+    for round in &run.myapp {
+        let Some(pass) = round.median() else {
+            continue;
+        };
+        let _ = writeln!(
+            text,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} MiB |",
+            round.n,
+            seconds(pass.children_seconds),
+            seconds(pass.fair_seconds),
+            ratio(pass.ratio_to_fair),
+            round
+                .passes
+                .iter()
+                .map(|p| ratio(p.ratio_to_fair))
+                .collect::<Vec<_>>()
+                .join(", "),
+            seconds(pass.floor_seconds),
+            ratio(pass.ratio_to_floor),
+            seconds(pass.ready_seconds),
+            seconds(pass.fair_ready_seconds),
+            if round.all_ready() { "yes" } else { "no" },
+            by_method(
+                pass.requests_per_myapp
+                    .iter()
+                    .map(|(method, count)| (method.clone(), format!("{count:.2}")))
+            ),
+            round.steady_writes,
+            round.steady_reads,
+            round.settled_rss_mib,
+        );
+    }
+    for round in &run.myapp {
+        if let Some(restart) = &round.restart {
+            let _ = write!(
+                text,
+                "\nRestart with {} converged MyApps: ready after {:.2} s, idle after {:.2} s; {} writes; requests until idle: {}; peak RSS {:.1} MiB.\n",
+                round.n,
+                restart.ready_seconds,
+                restart.idle_seconds,
+                restart.writes(),
+                by_method(restart.requests_by_method.clone()),
+                restart.peak_rss_mib,
+            );
+        }
+    }
+    let _ = write!(
+        text,
+        "\nPeak RSS {:.1} MiB; CPU {:.2} s for its whole run; API requests by method: {}.\n",
+        run.peak_rss_mib,
+        run.cpu_seconds,
+        by_method(run.requests_by_method.clone())
+    );
+}
+
+/// Converged objects over time, each operator vs the fair floor, per N, as SVG: the viewer's
+/// browser draws the text, so no font has to be installed to write it.
+pub fn chart(report: &Report, path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    let medians: Vec<(&str, usize, &Pass)> = report
+        .operators
+        .iter()
+        .flat_map(|run| {
+            run.myapp
+                .iter()
+                .filter_map(|round| Some((run.name.as_str(), round.n, round.median()?)))
+        })
+        .collect();
+    let max_t = medians
+        .iter()
+        .flat_map(|(_, _, pass)| {
+            pass.operator_children
+                .points
+                .iter()
+                .chain(&pass.fair_children.points)
+                .chain(&pass.operator_ready.points)
+        })
+        .map(|p| p.0)
+        .fold(1.0, f64::max);
+    let max_n = medians.iter().map(|(_, n, _)| *n).max().unwrap_or(1);
+    let root = SVGBackend::new(path, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "MyApps converged over time: operator vs the fair floor",
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..max_t * 1.05, 0usize..max_n + max_n / 20)
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the first create")
+        .y_desc("objects converged")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    for (index, (name, n, pass)) in medians.iter().enumerate() {
+        let color = Palette99::pick(index);
+        let lines = [
+            (
+                &pass.operator_children,
+                format!("N={n} {name}: Deployment+Service"),
+                color.stroke_width(2),
+            ),
+            (
+                &pass.operator_ready,
+                format!("N={n} {name}: Ready"),
+                color.stroke_width(1),
+            ),
+            (
+                &pass.fair_children,
+                format!("N={n} fair floor (beside {name})"),
+                BLACK.mix(0.5).stroke_width(1),
+            ),
+        ];
+        for (series, label, style) in lines {
+            chart
+                .draw_series(LineSeries::new(series.points.iter().copied(), style))
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    Ok(())
+}
