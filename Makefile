@@ -46,7 +46,14 @@ image: ## Static binary in a one-layer OCI image archive (target/app-operator-im
 
 bench: preflight ## Convergence and cost vs the plain-client floor, on its own control plane (target/bench/)
 	@# The bench client is optimized too: built for debugging it took more CPU than the operator.
-	$(CARGO) run --release --quiet --locked -p xtask -- bench
+	$(CARGO) run --release --quiet --locked -p xtask -- bench $(BENCH_ARGS)
+
+# A kubebuilder-style operator (hack/bench-operator, controller-runtime, built with Go) through
+# the same rounds after ours; any other: see docs/benchmarks.md#your-operator.
+BENCH_COMPARE = controller-runtime=target/bench-operator/bench-operator --metrics-bind-address={metrics} --health-probe-bind-address={health} --max-concurrent-reconciles=10 --zap-devel=false
+bench-compare: preflight ## make bench, then the same MyApp rounds for a controller-runtime operator
+	cd hack/bench-operator && go build -mod=readonly -o ../../target/bench-operator/bench-operator .
+	$(CARGO) run --release --quiet --locked -p xtask -- bench --compare "$(BENCH_COMPARE)" --compare-rbac hack/bench-operator/role.yaml $(BENCH_ARGS)
 
 cluster-up: ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)
 	$(CARGO) xtask cluster-up
@@ -57,4 +64,4 @@ cluster-down: ## Stop every process of the local control plane and remove its st
 tools: ## Build (or find cached) the pinned upstream binaries
 	$(CARGO) xtask tools
 
-.PHONY: help preflight run test lint manifests install uninstall deploy undeploy build-installer image bench cluster-up cluster-down tools
+.PHONY: help preflight run test lint manifests install uninstall deploy undeploy build-installer image bench bench-compare cluster-up cluster-down tools
