@@ -211,13 +211,12 @@ impl<K: Cached + serde::Serialize> Runner<K> {
         });
         let deletions = context.clone();
         let queue = metrics.clone();
-        let primary = events
-            .inspect_ok(move |event| {
-                if let watcher::Event::Delete(object) = event {
-                    deletions.forget(object);
-                }
-            })
-            .applied_objects()
+        let events = events.inspect_ok(move |event| {
+            if let watcher::Event::Delete(object) = event {
+                deletions.forget(object);
+            }
+        });
+        let primary = applied_once_stored(events, store.clone())
             .inspect_ok(move |object| queue.workqueue.added(name, key(object)));
         let queue = metrics.clone();
         let triggers = stream::select_all(triggers)
@@ -283,6 +282,27 @@ fn cache<K: Cached>(
             }
         });
     (store, stream)
+}
+
+/// The objects a watch applied, each once the store holds it. A list (the first one, or a relist
+/// after the watch expired) reaches the store only at its `InitDone`: the reflector swaps it in
+/// then. A reconcile whose object is not in the store is dropped, so the objects a relist
+/// brought in are released at `InitDone`, from the store; before, those created while a relist
+/// ran were never reconciled (500 of 3000 MyApps made during a relist, in the benchmark).
+fn applied_once_stored<K: Cached>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    store: Store<K>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+    events.flat_map(move |event| match event {
+        Ok(watcher::Event::Apply(object)) => stream::iter(vec![Ok(object)]).left_stream(),
+        Ok(watcher::Event::InitDone) => stream::iter(store.state())
+            .map(|object| Ok(K::clone(&object)))
+            .right_stream(),
+        Ok(watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::Delete(_)) => {
+            stream::iter(Vec::new()).left_stream()
+        }
+        Err(error) => stream::iter(vec![Err(error)]).left_stream(),
+    })
 }
 
 /// The objects of kind `K` that control the object with `meta` (at most one, by the API's rules).
@@ -624,6 +644,61 @@ mod tests {
         );
         waiting.record("ns/web".into(), &meta("u1", 3));
         assert!(!waiting.unchanged("ns/web", &meta("u1", 4)), "spec changed");
+    }
+
+    fn config_map(name: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+        k8s_openapi::api::core::v1::ConfigMap {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A relist after the first: what it lists is released only once the store holds it, and
+    /// all of it (a reconcile of an object not in the store would be dropped).
+    #[tokio::test]
+    async fn objects_of_a_relist_are_released_once_the_store_holds_them() {
+        use watcher::Event;
+        let (store, writer) = reflector::store();
+        let events = vec![
+            Event::Init,
+            Event::InitApply(config_map("a")),
+            Event::InitDone,
+            Event::Apply(config_map("b")),
+            // The watch expired; the relist finds c, created meanwhile.
+            Event::Init,
+            Event::InitApply(config_map("a")),
+            Event::InitApply(config_map("b")),
+            Event::InitApply(config_map("c")),
+            Event::InitDone,
+        ];
+        let reflected = stream::iter(events.into_iter().map(Ok)).reflect(writer);
+        let checked = store.clone();
+        let released: Vec<(String, bool)> = applied_once_stored(reflected, store)
+            .map(|object| {
+                let object = object.unwrap_or_default();
+                let stored = checked.get(&ObjectRef::from_obj(&object)).is_some();
+                (object.name_any(), stored)
+            })
+            .collect()
+            .await;
+        let mut relisted = released.get(2..).unwrap_or_default().to_vec();
+        relisted.sort();
+        assert_eq!(
+            released.get(..2).unwrap_or_default(),
+            [("a".to_owned(), true), ("b".to_owned(), true)]
+        );
+        assert_eq!(
+            relisted,
+            [
+                ("a".to_owned(), true),
+                ("b".to_owned(), true),
+                ("c".to_owned(), true)
+            ]
+        );
     }
 
     #[test]
