@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::Options;
 use super::cluster::{delete_namespace, ensure_namespace, wait_for};
 use super::process::Operator;
-use super::watch::{ChildPairs, Recorded, Series, myapp_ready};
+use super::watch::{ChildPairs, MyAppsConverging, Series, myapp_ready};
 
 /// One operator pass and the two floor passes at the same N, back to back.
 #[derive(Serialize)]
@@ -209,21 +209,11 @@ async fn operator_pass(
     options: &Options,
 ) -> Result<(Series, Series, BTreeMap<String, f64>)> {
     ensure_namespace(admin, namespace).await?;
-    let start = Instant::now();
-    let children = ChildPairs::start(admin, namespace, start);
-    let ready = Recorded::start(
-        Api::<MyApp>::namespaced(admin.clone(), namespace),
-        start,
-        myapp_ready,
-    );
+    let converging = MyAppsConverging::start(admin, namespace);
     let apps: Api<MyApp> = Api::namespaced(admin.clone(), namespace);
     let before = operator.requests();
     create_myapps(&apps, n, options.concurrency, None).await?;
-    wait_for(convergence_timeout(n), || async {
-        (ready.times().len() >= n).then_some(())
-    })
-    .await;
-    let (children, ready) = (children.times(), ready.times());
+    let (children, ready) = converging.wait(n, convergence_timeout(n)).await;
     // The last status writes land after the MyApps read Ready.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = operator.requests();
@@ -237,11 +227,7 @@ async fn operator_pass(
             )
         })
         .collect();
-    Ok((
-        Series::from_times(children),
-        Series::from_times(ready.into_values().collect()),
-        requests_per_myapp,
-    ))
+    Ok((children, ready, requests_per_myapp))
 }
 
 /// Creates the MyApps `app-0` … `app-{n-1}` at the client concurrency, sending each one created
@@ -433,13 +419,7 @@ async fn fair_floor_pass(
     options: &Options,
 ) -> Result<(Series, Series)> {
     ensure_namespace(admin, namespace).await?;
-    let start = Instant::now();
-    let children = ChildPairs::start(admin, namespace, start);
-    let ready = Recorded::start(
-        Api::<MyApp>::namespaced(admin.clone(), namespace),
-        start,
-        myapp_ready,
-    );
+    let converging = MyAppsConverging::start(admin, namespace);
     let (created, to_build) = mpsc::unbounded();
     let status_api: Api<MyApp> = Api::namespaced(floor.clone(), namespace);
     let apps: Api<MyApp> = Api::namespaced(admin.clone(), namespace);
@@ -472,14 +452,7 @@ async fn fair_floor_pass(
         .buffer_unordered(options.concurrency)
         .try_collect::<Vec<()>>();
     futures::try_join!(user, operator)?;
-    wait_for(convergence_timeout(n), || async {
-        (ready.times().len() >= n).then_some(())
-    })
-    .await;
-    Ok((
-        Series::from_times(children.times()),
-        Series::from_times(ready.times().into_values().collect()),
-    ))
+    Ok(converging.wait(n, convergence_timeout(n)).await)
 }
 
 /// Creates the Deployment and Service the operator would build for `app` (owned by `owner`,

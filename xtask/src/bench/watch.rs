@@ -119,6 +119,41 @@ impl ChildPairs {
     }
 }
 
+/// MyApps converging in a namespace: when each had its Deployment and Service, and when each
+/// read Ready.
+pub struct MyAppsConverging {
+    children: ChildPairs,
+    ready: Recorded,
+}
+
+impl MyAppsConverging {
+    /// Starts recording, from now.
+    pub fn start(admin: &Client, namespace: &str) -> MyAppsConverging {
+        let start = Instant::now();
+        MyAppsConverging {
+            children: ChildPairs::start(admin, namespace, start),
+            ready: Recorded::start(
+                Api::<MyApp>::namespaced(admin.clone(), namespace),
+                start,
+                myapp_ready,
+            ),
+        }
+    }
+
+    /// Waits until `n` MyApps read Ready (or `timeout`), and returns the children and Ready
+    /// series.
+    pub async fn wait(&self, n: usize, timeout: std::time::Duration) -> (Series, Series) {
+        super::cluster::wait_for(timeout, || async {
+            (self.ready.times().len() >= n).then_some(())
+        })
+        .await;
+        (
+            Series::from_times(self.children.times()),
+            Series::from_times(self.ready.times().into_values().collect()),
+        )
+    }
+}
+
 /// Ready=True for the MyApp's current generation.
 pub fn myapp_ready(app: &MyApp) -> bool {
     app.status.as_ref().is_some_and(|s| {
