@@ -29,6 +29,7 @@ use self::service::ports_drifted;
 use self::status::status;
 use crate::reconcile::apply::{controller_reference, is_controlled_by};
 use crate::reconcile::children::{ChildChange, OnImmutable, Owned, Verb, describe};
+use crate::reconcile::conditions::is_true;
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared};
 use crate::reconcile::{Error, FIELD_MANAGER};
 
@@ -243,10 +244,7 @@ const FIRST_STATUS_WAIT: Duration = Duration::from_secs(10);
 /// While a MyApp that never had a status is younger than [`FIRST_STATUS_WAIT`] and `desired`
 /// is not Ready yet: how long is left (the reconcile that ends it writes whatever is true then).
 fn first_status_wait(app: &MyApp, desired: &MyAppStatus, now: &Time) -> Option<Duration> {
-    let ready = desired
-        .conditions
-        .iter()
-        .any(|c| c.type_ == READY && c.status == "True");
+    let ready = is_true(&desired.conditions, READY);
     let created = app.metadata.creation_timestamp.as_ref()?;
     let age = Duration::try_from(now.0.duration_since(created.0)).unwrap_or(Duration::ZERO);
     (!ready)
