@@ -363,8 +363,9 @@ async fn restart_round(operator: &mut Operator) -> Result<RestartRound> {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let requests = operator.requests();
-        if requests != last || operator.busy() {
+        let scrape = operator.scrape();
+        let requests = scrape.requests();
+        if requests != last || scrape.busy() {
             (last, last_change) = (requests, Instant::now());
         } else if last_change.elapsed() >= quiet_for {
             break;

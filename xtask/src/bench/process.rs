@@ -1,7 +1,7 @@
 //! The operator under test as a process: ours, or any operator a user brings that serves
 //! controller-runtime's metric names on an address it is told.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -96,7 +96,8 @@ impl Operator {
     /// Stops the process with SIGTERM (as the kubelet does), starts it again and returns how long
     /// it took from the start until it was ready.
     pub async fn restart(&mut self) -> Result<f64> {
-        let (cpu, requests) = (self.cpu_seconds(), self.requests());
+        let scrape = self.scrape();
+        let (cpu, requests) = (scrape.cpu_seconds(), scrape.requests());
         let _ = kill(self.pid()?, Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.child.try_wait()?.is_none() {
@@ -166,45 +167,18 @@ impl Operator {
         }
     }
 
-    /// Every sample of the metrics endpoint, as `series -> value`.
-    fn metrics(&self) -> HashMap<String, f64> {
-        let Some(text) = crate::http_get(&format!("127.0.0.1:{}", self.metrics), "/metrics") else {
-            return HashMap::new();
-        };
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| {
-                let (series, value) = l.rsplit_once(' ')?;
-                Some((series.to_owned(), value.parse().ok()?))
-            })
-            .collect()
+    /// One read of the metrics endpoint.
+    pub fn scrape(&self) -> Scrape {
+        Scrape::of(self.metrics)
     }
 
-    /// This process's API requests by method (controller-runtime's `rest_client_requests_total`).
+    /// This process's API requests by method.
     pub fn requests(&self) -> BTreeMap<String, u64> {
-        let text = crate::http_get(&format!("127.0.0.1:{}", self.metrics), "/metrics");
-        requests_by_method(&text.unwrap_or_default())
-    }
-
-    /// Whether a controller has work queued or in progress (controller-runtime's
-    /// `workqueue_depth` and `controller_runtime_active_workers`).
-    pub fn busy(&self) -> bool {
-        self.metrics().iter().any(|(series, value)| {
-            (series.starts_with("workqueue_depth{")
-                || series.starts_with("controller_runtime_active_workers{"))
-                && *value > 0.0
-        })
-    }
-
-    fn cpu_seconds(&self) -> f64 {
-        self.metrics()
-            .get("process_cpu_seconds_total")
-            .copied()
-            .unwrap_or(0.0)
+        self.scrape().requests()
     }
 
     pub fn rss_mib(&self) -> f64 {
-        rss_mib(self.metrics)
+        self.scrape().rss_mib()
     }
 
     /// The peak RSS since the start or the last call, and starts a new peak.
@@ -223,8 +197,9 @@ impl Operator {
     /// CPU seconds and requests by method of every process of this operator so far.
     pub fn totals(&self) -> (f64, BTreeMap<String, u64>) {
         let (mut cpu, mut requests) = self.before_restarts.clone();
-        cpu += self.cpu_seconds();
-        for (method, count) in self.requests() {
+        let scrape = self.scrape();
+        cpu += scrape.cpu_seconds();
+        for (method, count) in scrape.requests() {
             *requests.entry(method).or_insert(0) += count;
         }
         (cpu, requests)
@@ -281,7 +256,7 @@ fn free_port() -> Result<u16> {
 fn sample_peak(peak: Arc<Mutex<f64>>, port: u16) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            let rss = tokio::task::spawn_blocking(move || rss_mib(port))
+            let rss = tokio::task::spawn_blocking(move || Scrape::of(port).rss_mib())
                 .await
                 .unwrap_or(0.0);
             {
@@ -293,14 +268,46 @@ fn sample_peak(peak: Arc<Mutex<f64>>, port: u16) -> tokio::task::JoinHandle<()> 
     })
 }
 
-/// An operator's resident memory, from its metrics endpoint.
-fn rss_mib(port: u16) -> f64 {
-    if port == 0 {
-        return 0.0;
+/// The text of an operator's metrics endpoint (empty when it does not answer), read by
+/// controller-runtime's metric names.
+pub struct Scrape(String);
+
+impl Scrape {
+    fn of(port: u16) -> Scrape {
+        let text = (port != 0)
+            .then(|| crate::http_get(&format!("127.0.0.1:{port}"), "/metrics"))
+            .flatten();
+        Scrape(text.unwrap_or_default())
     }
-    let text = crate::http_get(&format!("127.0.0.1:{port}"), "/metrics").unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0.0, |bytes| bytes / 1024.0 / 1024.0)
+
+    /// The samples whose series (name and labels) starts with `prefix`.
+    fn values<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = f64> + 'a {
+        self.0.lines().filter_map(move |line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            series
+                .starts_with(prefix)
+                .then(|| value.trim().parse().ok())?
+        })
+    }
+
+    /// API requests by method (`rest_client_requests_total`).
+    pub fn requests(&self) -> BTreeMap<String, u64> {
+        requests_by_method(&self.0)
+    }
+
+    /// Whether a controller has work queued or in progress (`workqueue_depth`,
+    /// `controller_runtime_active_workers`).
+    pub fn busy(&self) -> bool {
+        self.values("workqueue_depth{")
+            .chain(self.values("controller_runtime_active_workers{"))
+            .any(|value| value > 0.0)
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        self.values("process_cpu_seconds_total").sum()
+    }
+
+    pub fn rss_mib(&self) -> f64 {
+        self.values("process_resident_memory_bytes").sum::<f64>() / 1024.0 / 1024.0
+    }
 }

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use app_operator::api::MyApp;
+use app_operator::api::conditions::READY;
+use app_operator::reconcile::conditions::is_true;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -157,10 +159,7 @@ impl MyAppsConverging {
 /// Ready=True for the MyApp's current generation.
 pub fn myapp_ready(app: &MyApp) -> bool {
     app.status.as_ref().is_some_and(|s| {
-        s.observed_generation == app.metadata.generation
-            && s.conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
+        s.observed_generation == app.metadata.generation && is_true(&s.conditions, READY)
     })
 }
 
