@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -21,6 +20,9 @@ pub enum Fault {
     Blackhole,
     /// Close connections (new ones at once).
     Refuse,
+    /// Reset connections (TCP RST, as a crashed peer or a firewall does; new ones at once): the
+    /// client sees "connection reset by peer" instead of an orderly close.
+    Reset,
     /// Forward each chunk after this delay.
     Delay(Duration),
 }
@@ -46,17 +48,12 @@ impl FaultProxy {
             while let Ok((client, _)) = listener.accept().await {
                 let faults = faults.clone();
                 tokio::spawn(async move {
-                    if *faults.borrow() == Fault::Refuse {
-                        return;
+                    if !matches!(*faults.borrow(), Fault::Refuse | Fault::Reset) {
+                        forward(&client, upstream, faults.clone()).await;
                     }
-                    let Ok(server) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    let (client_read, client_write) = client.into_split();
-                    let (server_read, server_write) = server.into_split();
-                    tokio::select! {
-                        () = pump(client_read, server_write, faults.clone()) => {}
-                        () = pump(server_read, client_write, faults) => {}
+                    if *faults.borrow() == Fault::Reset {
+                        // Closing with a zero linger sends RST instead of FIN.
+                        let _ = client.set_zero_linger();
                     }
                 });
             }
@@ -94,13 +91,24 @@ impl Drop for FaultProxy {
     }
 }
 
+/// Forwards between `client` and a new connection to `upstream` until either side closes or
+/// the fault is [`Fault::Refuse`] or [`Fault::Reset`].
+async fn forward(client: &TcpStream, upstream: SocketAddr, faults: watch::Receiver<Fault>) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    tokio::select! {
+        () = pump(client, &server, faults.clone()) => {}
+        () = pump(&server, client, faults.clone()) => {}
+    }
+    if *faults.borrow() == Fault::Reset {
+        let _ = server.set_zero_linger();
+    }
+}
+
 /// Copies `from` to `to` chunk by chunk, as the current fault allows; returns when either side
-/// closes or the fault is [`Fault::Refuse`].
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut faults: watch::Receiver<Fault>,
-) {
+/// closes or the fault is [`Fault::Refuse`] or [`Fault::Reset`].
+async fn pump(from: &TcpStream, to: &TcpStream, mut faults: watch::Receiver<Fault>) {
     let mut buffer = vec![0u8; 16 * 1024];
     loop {
         // Blackholed: neither read nor write until the fault changes (the kernel buffers fill,
@@ -109,11 +117,11 @@ async fn pump(
             Ok(fault) => *fault,
             Err(_) => return,
         };
-        if fault == Fault::Refuse {
+        if matches!(fault, Fault::Refuse | Fault::Reset) {
             return;
         }
         let read = tokio::select! {
-            read = from.read(&mut buffer) => read,
+            read = read_some(from, &mut buffer) => read,
             changed = faults.changed() => {
                 if changed.is_err() {
                     return;
@@ -131,12 +139,95 @@ async fn pump(
             Err(_) => return,
         };
         match fault {
-            Fault::Refuse => return,
+            Fault::Refuse | Fault::Reset => return,
             Fault::Delay(delay) => tokio::time::sleep(delay).await,
             Fault::Pass | Fault::Blackhole => {}
         }
-        if to.write_all(chunk).await.is_err() {
+        if write_all(to, chunk).await.is_err() {
             return;
         }
+    }
+}
+
+/// Reads what `stream` has (0 at its end), through a shared reference: both directions of one
+/// connection are pumped at once, and the socket stays whole so it can be reset.
+async fn read_some(stream: &TcpStream, buffer: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        match stream.try_read(buffer) {
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            read => return read,
+        }
+    }
+}
+
+async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        stream.writable().await?;
+        match stream.try_write(bytes) {
+            Ok(written) => bytes = bytes.get(written..).unwrap_or_default(),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// An echo server behind a proxy, and a client connected through it that has had one echo.
+    async fn echoing_connection() -> (FaultProxy, TcpStream) {
+        let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = echo.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut peer, _)) = echo.accept().await {
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 64];
+                    while let Ok(count @ 1..) = peer.read(&mut buffer).await {
+                        if peer.write_all(&buffer[..count]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let proxy = FaultProxy::start(upstream).await;
+        let mut client = TcpStream::connect(proxy.address).await.unwrap();
+        client.write_all(b"ping").await.unwrap();
+        let mut answer = [0u8; 4];
+        client.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"ping");
+        (proxy, client)
+    }
+
+    /// What a client reading from a connection through the proxy gets within 5 s.
+    async fn read_outcome(client: &mut TcpStream) -> std::io::Result<usize> {
+        let mut buffer = [0u8; 16];
+        tokio::time::timeout(Duration::from_secs(5), client.read(&mut buffer))
+            .await
+            .unwrap_or_else(|_| panic!("the connection neither closed nor reset"))
+    }
+
+    #[tokio::test]
+    async fn refuse_closes_and_reset_resets_open_and_new_connections() {
+        let (proxy, mut open) = echoing_connection().await;
+        proxy.set(Fault::Refuse);
+        assert_eq!(read_outcome(&mut open).await.unwrap(), 0, "closed (FIN)");
+        let mut new = TcpStream::connect(proxy.address).await.unwrap();
+        assert_eq!(read_outcome(&mut new).await.unwrap(), 0, "a new one closed");
+
+        let (proxy, mut open) = echoing_connection().await;
+        proxy.set(Fault::Reset);
+        let reset = |outcome: std::io::Result<usize>| {
+            outcome.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset)
+        };
+        assert!(reset(read_outcome(&mut open).await), "open one reset");
+        let mut new = TcpStream::connect(proxy.address).await.unwrap();
+        assert!(reset(read_outcome(&mut new).await), "new one reset");
     }
 }
