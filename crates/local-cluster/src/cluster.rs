@@ -43,6 +43,12 @@ impl Layout {
         self.state_dir.join("logs")
     }
 
+    /// The API server's audit log (JSON lines), written when [`ClusterOptions::audit`] is set;
+    /// read it with [`crate::audit::events`].
+    pub fn audit_log(&self) -> PathBuf {
+        self.state_dir.join("audit.log")
+    }
+
     fn pids(&self) -> PathBuf {
         self.state_dir.join("pids")
     }
@@ -71,6 +77,8 @@ pub struct ClusterOptions {
     pub nodes: u32,
     /// How long to wait for each readiness step.
     pub timeout: Duration,
+    /// Record every write but the control plane's own in [`Layout::audit_log`].
+    pub audit: bool,
 }
 
 impl Default for ClusterOptions {
@@ -78,6 +86,7 @@ impl Default for ClusterOptions {
         ClusterOptions {
             nodes: 1,
             timeout: Duration::from_secs(120),
+            audit: false,
         }
     }
 }
@@ -327,38 +336,54 @@ async fn start_all(
     )
     .await?;
 
+    let mut audit_flags = Vec::new();
+    if options.audit {
+        let policy = write("audit-policy.yaml", crate::audit::POLICY)?;
+        audit_flags = args(&[
+            ("audit-policy-file", &policy),
+            ("audit-log-path", &layout.audit_log().display().to_string()),
+            ("audit-log-format", "json"),
+            // One file for the whole run: rotation would split what a test reads.
+            ("audit-log-maxsize", "0"),
+            ("audit-log-mode", "blocking"),
+        ]);
+    }
     start(
         started,
         Spec {
             name: "kube-apiserver".into(),
             program: tools.bin("kube-apiserver"),
-            args: args(&[
-                ("etcd-servers", &etcd_url),
-                ("bind-address", "127.0.0.1"),
-                ("advertise-address", "127.0.0.1"),
-                ("secure-port", &api_port.to_string()),
-                ("tls-cert-file", &apiserver_crt),
-                ("tls-private-key-file", &apiserver_key),
-                ("client-ca-file", &ca_crt),
-                ("authorization-mode", "Node,RBAC"),
-                // As OpenShift has it: setting blockOwnerDeletion on a child needs `update` on
-                // the owner's finalizers, so a missing RBAC rule fails the tests here too.
-                (
-                    "enable-admission-plugins",
-                    "OwnerReferencesPermissionEnforcement",
-                ),
-                (
-                    "service-account-issuer",
-                    "https://kubernetes.default.svc.cluster.local",
-                ),
-                ("service-account-key-file", &sa_pub),
-                ("service-account-signing-key-file", &sa_key),
-                ("service-cluster-ip-range", "10.96.0.0/16"),
-                // The "kubernetes" Service cannot point at a loopback address; nothing here needs it.
-                ("endpoint-reconciler-type", "none"),
-                ("allow-privileged", "true"),
-                ("profiling", "false"),
-            ]),
+            args: [
+                args(&[
+                    ("etcd-servers", &etcd_url),
+                    ("bind-address", "127.0.0.1"),
+                    ("advertise-address", "127.0.0.1"),
+                    ("secure-port", &api_port.to_string()),
+                    ("tls-cert-file", &apiserver_crt),
+                    ("tls-private-key-file", &apiserver_key),
+                    ("client-ca-file", &ca_crt),
+                    ("authorization-mode", "Node,RBAC"),
+                    // As OpenShift has it: setting blockOwnerDeletion on a child needs `update` on
+                    // the owner's finalizers, so a missing RBAC rule fails the tests here too.
+                    (
+                        "enable-admission-plugins",
+                        "OwnerReferencesPermissionEnforcement",
+                    ),
+                    (
+                        "service-account-issuer",
+                        "https://kubernetes.default.svc.cluster.local",
+                    ),
+                    ("service-account-key-file", &sa_pub),
+                    ("service-account-signing-key-file", &sa_key),
+                    ("service-cluster-ip-range", "10.96.0.0/16"),
+                    // The "kubernetes" Service cannot point at a loopback address; nothing here needs it.
+                    ("endpoint-reconciler-type", "none"),
+                    ("allow-privileged", "true"),
+                    ("profiling", "false"),
+                ]),
+                audit_flags,
+            ]
+            .concat(),
         },
     )?;
     let client = admin_client(&layout.kubeconfig()).await?;

@@ -3,6 +3,7 @@
 //!
 //! Development only: tests, `make run` and benchmarks use it; the operator never does.
 
+pub mod audit;
 mod cluster;
 mod error;
 pub mod install;
