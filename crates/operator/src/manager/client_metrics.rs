@@ -12,12 +12,28 @@ use tower::{Layer, Service};
 
 use crate::telemetry::metrics::Metrics;
 
-/// A client whose every request is counted in `rest_client_requests_total`.
-pub fn counted_client(config: kube::Config, metrics: &Arc<Metrics>) -> Result<Client, kube::Error> {
+/// A client whose every request is counted in `rest_client_requests_total`, each attempt of it
+/// as client-go counts them: kube's own retry of 429/503/504 answers (up to 15 tries) sits
+/// inside any layer added here, and throttling by API Priority and Fairness would not show, so
+/// it is put back outside the count. (Retrying needs a service it can clone: the buffer makes the
+/// counted stack one; it needs a Tokio runtime.)
+pub fn counted_client(
+    mut config: kube::Config,
+    metrics: &Arc<Metrics>,
+) -> Result<Client, kube::Error> {
+    config.default_retry = false;
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(&CountLayer(metrics.clone()))
+        .with_layer(&tower::buffer::BufferLayer::new(REQUESTS_BUFFERED))
+        .with_layer(&tower::retry::RetryLayer::new(
+            kube::client::retry::RetryPolicy::server_retry(),
+        ))
         .build())
 }
+
+/// Requests waiting to be handed to the connection pool (each waits only for its turn to be
+/// sent, not for its answer): far above the workers and watches that send at once.
+const REQUESTS_BUFFERED: usize = 1024;
 
 struct CountLayer(Arc<Metrics>);
 
