@@ -4,6 +4,8 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -18,6 +20,9 @@ pub enum Fault {
     /// Forward nothing and close nothing: the peers see a half-open connection that never
     /// answers (a dead link, a dropped route).
     Blackhole,
+    /// [`Fault::Blackhole`] for the connections open when it was set, [`Fault::Pass`] for new
+    /// ones: watches that silently died while new requests still work.
+    BlackholeOpen,
     /// Close connections (new ones at once).
     Refuse,
     /// Reset connections (TCP RST, as a crashed peer or a firewall does; new ones at once): the
@@ -27,10 +32,29 @@ pub enum Fault {
     Delay(Duration),
 }
 
+/// The fault in force, and the number the next connection will get when it was set.
+#[derive(Debug, Clone, Copy)]
+struct Setting {
+    fault: Fault,
+    next_connection: u64,
+}
+
+impl Setting {
+    /// What the setting does to connection number `connection`.
+    fn on(self, connection: u64) -> Fault {
+        match self.fault {
+            Fault::BlackholeOpen if connection < self.next_connection => Fault::Blackhole,
+            Fault::BlackholeOpen => Fault::Pass,
+            fault => fault,
+        }
+    }
+}
+
 /// The proxy, stopped when dropped.
 pub struct FaultProxy {
     pub address: SocketAddr,
-    fault: watch::Sender<Fault>,
+    setting: watch::Sender<Setting>,
+    connections: Arc<AtomicU64>,
     accept: JoinHandle<()>,
 }
 
@@ -43,15 +67,23 @@ impl FaultProxy {
         let address = listener
             .local_addr()
             .unwrap_or_else(|e| panic!("the fault proxy's address: {e}"));
-        let (fault, faults) = watch::channel(Fault::Pass);
+        let (setting, settings) = watch::channel(Setting {
+            fault: Fault::Pass,
+            next_connection: 0,
+        });
+        let connections = Arc::new(AtomicU64::new(0));
+        let numbering = connections.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let faults = faults.clone();
+                let connection = Connection {
+                    number: numbering.fetch_add(1, Ordering::SeqCst),
+                    settings: settings.clone(),
+                };
                 tokio::spawn(async move {
-                    if !matches!(*faults.borrow(), Fault::Refuse | Fault::Reset) {
-                        forward(&client, upstream, faults.clone()).await;
+                    if !matches!(connection.fault(), Fault::Refuse | Fault::Reset) {
+                        forward(&client, upstream, &connection).await;
                     }
-                    if *faults.borrow() == Fault::Reset {
+                    if connection.fault() == Fault::Reset {
                         // Closing with a zero linger sends RST instead of FIN.
                         let _ = client.set_zero_linger();
                     }
@@ -60,13 +92,17 @@ impl FaultProxy {
         });
         FaultProxy {
             address,
-            fault,
+            setting,
+            connections,
             accept,
         }
     }
 
     pub fn set(&self, fault: Fault) {
-        self.fault.send_replace(fault);
+        self.setting.send_replace(Setting {
+            fault,
+            next_connection: self.connections.load(Ordering::SeqCst),
+        });
     }
 
     /// Writes a copy of the kubeconfig at `admin` whose server is this proxy to `path`.
@@ -87,42 +123,78 @@ impl FaultProxy {
 impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.accept.abort();
-        self.fault.send_replace(Fault::Refuse);
+        self.set(Fault::Refuse);
+    }
+}
+
+/// One proxied connection: its number and the proxy's setting.
+struct Connection {
+    number: u64,
+    settings: watch::Receiver<Setting>,
+}
+
+impl Connection {
+    fn fault(&self) -> Fault {
+        self.settings.borrow().on(self.number)
+    }
+
+    /// A receiver of the faults this connection is under, each as it is set.
+    fn faults(&self) -> Faults {
+        Faults {
+            number: self.number,
+            settings: self.settings.clone(),
+        }
+    }
+}
+
+struct Faults {
+    number: u64,
+    settings: watch::Receiver<Setting>,
+}
+
+impl Faults {
+    /// Waits while the fault is a blackhole; the fault then in force (`None`: proxy gone).
+    async fn unless_blackholed(&mut self) -> Option<Fault> {
+        let number = self.number;
+        self.settings
+            .wait_for(|s| s.on(number) != Fault::Blackhole)
+            .await
+            .ok()
+            .map(|s| s.on(number))
     }
 }
 
 /// Forwards between `client` and a new connection to `upstream` until either side closes or
 /// the fault is [`Fault::Refuse`] or [`Fault::Reset`].
-async fn forward(client: &TcpStream, upstream: SocketAddr, faults: watch::Receiver<Fault>) {
+async fn forward(client: &TcpStream, upstream: SocketAddr, connection: &Connection) {
     let Ok(server) = TcpStream::connect(upstream).await else {
         return;
     };
     tokio::select! {
-        () = pump(client, &server, faults.clone()) => {}
-        () = pump(&server, client, faults.clone()) => {}
+        () = pump(client, &server, connection.faults()) => {}
+        () = pump(&server, client, connection.faults()) => {}
     }
-    if *faults.borrow() == Fault::Reset {
+    if connection.fault() == Fault::Reset {
         let _ = server.set_zero_linger();
     }
 }
 
 /// Copies `from` to `to` chunk by chunk, as the current fault allows; returns when either side
 /// closes or the fault is [`Fault::Refuse`] or [`Fault::Reset`].
-async fn pump(from: &TcpStream, to: &TcpStream, mut faults: watch::Receiver<Fault>) {
+async fn pump(from: &TcpStream, to: &TcpStream, mut faults: Faults) {
     let mut buffer = vec![0u8; 16 * 1024];
     loop {
         // Blackholed: neither read nor write until the fault changes (the kernel buffers fill,
         // as on a dead link).
-        let fault = match faults.wait_for(|f| *f != Fault::Blackhole).await {
-            Ok(fault) => *fault,
-            Err(_) => return,
+        let Some(fault) = faults.unless_blackholed().await else {
+            return;
         };
         if matches!(fault, Fault::Refuse | Fault::Reset) {
             return;
         }
         let read = tokio::select! {
             read = read_some(from, &mut buffer) => read,
-            changed = faults.changed() => {
+            changed = faults.settings.changed() => {
                 if changed.is_err() {
                     return;
                 }
@@ -134,14 +206,13 @@ async fn pump(from: &TcpStream, to: &TcpStream, mut faults: watch::Receiver<Faul
         };
         let chunk = buffer.get(..count).unwrap_or_default();
         // The fault may have changed while reading: hold the chunk through a blackhole.
-        let fault = match faults.wait_for(|f| *f != Fault::Blackhole).await {
-            Ok(fault) => *fault,
-            Err(_) => return,
+        let Some(fault) = faults.unless_blackholed().await else {
+            return;
         };
         match fault {
             Fault::Refuse | Fault::Reset => return,
             Fault::Delay(delay) => tokio::time::sleep(delay).await,
-            Fault::Pass | Fault::Blackhole => {}
+            Fault::Pass | Fault::Blackhole | Fault::BlackholeOpen => {}
         }
         if write_all(to, chunk).await.is_err() {
             return;
@@ -229,5 +300,20 @@ mod tests {
         assert!(reset(read_outcome(&mut open).await), "open one reset");
         let mut new = TcpStream::connect(proxy.address).await.unwrap();
         assert!(reset(read_outcome(&mut new).await), "new one reset");
+    }
+
+    #[tokio::test]
+    async fn blackhole_open_silences_open_connections_and_passes_new_ones() {
+        let (proxy, mut open) = echoing_connection().await;
+        proxy.set(Fault::BlackholeOpen);
+        let mut new = TcpStream::connect(proxy.address).await.unwrap();
+        new.write_all(b"new").await.unwrap();
+        let mut answer = [0u8; 3];
+        new.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"new", "a new connection passes");
+        open.write_all(b"old").await.unwrap();
+        let mut buffer = [0u8; 3];
+        let silent = tokio::time::timeout(Duration::from_secs(1), open.read(&mut buffer)).await;
+        assert!(silent.is_err(), "the open connection answered: {silent:?}");
     }
 }
