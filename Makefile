@@ -22,6 +22,8 @@ test: preflight ## The whole suite on a local control plane (started and stopped
 lint: ## cargo fmt --check and clippy -D warnings
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	@# --all-targets leaves out `test = false` targets: the fault suite.
+	$(CARGO) clippy -p app-operator --test chaos --locked -- -D warnings
 
 manifests: ## Regenerate config/crd from the Rust types
 	$(CARGO) xtask manifests
@@ -55,6 +57,9 @@ bench-compare: preflight ## make bench, then the same MyApp rounds for a control
 	cd hack/bench-operator && go build -mod=readonly -o ../../target/bench-operator/bench-operator .
 	$(CARGO) run --release --quiet --locked -p xtask -- bench --compare "$(BENCH_COMPARE)" --compare-rbac hack/bench-operator/role.yaml $(BENCH_ARGS)
 
+chaos: preflight ## The fault suite: every row of docs/architecture.md's fault table, serially (~30 min)
+	$(CARGO) xtask chaos $(CHAOS_ARGS)
+
 cluster-up: ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)
 	$(CARGO) xtask cluster-up
 
@@ -64,4 +69,4 @@ cluster-down: ## Stop every process of the local control plane and remove its st
 tools: ## Build (or find cached) the pinned upstream binaries
 	$(CARGO) xtask tools
 
-.PHONY: help preflight run test lint manifests install uninstall deploy undeploy build-installer image bench bench-compare cluster-up cluster-down tools
+.PHONY: help preflight run test chaos lint manifests install uninstall deploy undeploy build-installer image bench bench-compare cluster-up cluster-down tools

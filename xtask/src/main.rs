@@ -3,8 +3,9 @@
 mod bench;
 mod image;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, ExitStatus};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -35,6 +36,13 @@ enum Task {
         /// Extra arguments for `cargo test`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cargo_args: Vec<String>,
+    },
+    /// Run the fault suite (crates/operator/tests/chaos.rs) serially, each row on a control plane
+    /// of its own.
+    Chaos {
+        /// Extra arguments for the test binary (a row's name to run only it).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        test_args: Vec<String>,
     },
     /// Regenerate the CRD manifests under config/crd/bases from the Rust types.
     Manifests,
@@ -214,6 +222,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }))?;
         }
         Task::Test { cargo_args } => return runtime.block_on(test(&cargo_args)),
+        Task::Chaos { test_args } => return runtime.block_on(chaos(&test_args)),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -572,42 +581,134 @@ fn ensure_postgres() -> Result<()> {
     Ok(())
 }
 
-/// The suite's one control plane: an explicit one (`APP_OPERATOR_TEST_KUBECONFIG`), the running
-/// local one, or one started here for this run and stopped at its end.
-async fn test(cargo_args: &[String]) -> Result<ExitCode> {
-    ensure_postgres()?;
-    let tools = Tools::ensure(&tool_sources())?;
-    let layout = Layout::default();
-    let mut started_here = false;
-    let kubeconfig = match std::env::var_os("APP_OPERATOR_TEST_KUBECONFIG") {
-        Some(path) => PathBuf::from(path),
-        None if !layout.running().is_empty() => layout.kubeconfig(),
-        None => {
-            eprintln!("starting a local control plane for the test run");
-            let cluster = Cluster::up(&layout, &tools, &ClusterOptions::default()).await?;
-            started_here = true;
-            cluster.kubeconfig
-        }
-    };
+/// `PATH` with the pinned tools first (the tests run kubectl and etcd).
+fn path_with(tools: &Tools) -> Result<std::ffi::OsString> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut paths = vec![tools.dir.join("bin")];
     paths.extend(std::env::split_paths(&path));
-    let status = Command::new(env!("CARGO"))
-        .args(["test", "--workspace", "--locked"])
-        .args(cargo_args)
-        .env("APP_OPERATOR_TEST_KUBECONFIG", &kubeconfig)
-        .env("PATH", std::env::join_paths(paths).context("PATH")?)
-        .status()
-        .context("running cargo test")?;
-    let smoke = if status.success() {
-        bench_smoke(&kubeconfig, &tools).await
-    } else {
-        Ok(())
-    };
-    if started_here {
-        let stopped = Cluster::down(&layout)?;
-        eprintln!("stopped the test control plane ({})", stopped.join(", "));
+    std::env::join_paths(paths).context("PATH")
+}
+
+/// The control plane tests share: an explicit one (`APP_OPERATOR_TEST_KUBECONFIG`), the running
+/// local one, or one started for this run and stopped by [`TestCluster::release`].
+struct TestCluster {
+    kubeconfig: PathBuf,
+    started_here: Option<Layout>,
+}
+
+impl TestCluster {
+    async fn acquire(tools: &Tools) -> Result<TestCluster> {
+        let layout = Layout::default();
+        Ok(match std::env::var_os("APP_OPERATOR_TEST_KUBECONFIG") {
+            Some(path) => TestCluster {
+                kubeconfig: PathBuf::from(path),
+                started_here: None,
+            },
+            None if !layout.running().is_empty() => TestCluster {
+                kubeconfig: layout.kubeconfig(),
+                started_here: None,
+            },
+            None => {
+                eprintln!("starting a local control plane for the test run");
+                let cluster = Cluster::up(&layout, tools, &ClusterOptions::default()).await?;
+                TestCluster {
+                    kubeconfig: cluster.kubeconfig,
+                    started_here: Some(layout),
+                }
+            }
+        })
     }
+
+    fn release(self) -> Result<()> {
+        if let Some(layout) = self.started_here {
+            let stopped = Cluster::down(&layout)?;
+            eprintln!("stopped the test control plane ({})", stopped.join(", "));
+        }
+        Ok(())
+    }
+}
+
+/// `cargo test` with `args`, the pinned tools on `PATH` and `env` set.
+fn cargo_test(
+    tools: &Tools,
+    args: &[&str],
+    extra: &[String],
+    env: &[(&str, &OsStr)],
+) -> Result<ExitStatus> {
+    Command::new(env!("CARGO"))
+        .arg("test")
+        .args(args)
+        .args(extra)
+        .envs(env.iter().copied())
+        .env("PATH", path_with(tools)?)
+        .status()
+        .context("running cargo test")
+}
+
+/// The fault suite, one row at a time (two would share two cores and miss their deadlines; each
+/// row starts and stops a control plane of its own), then, unless `test_args` picked rows, the
+/// spec fuzzer with more cases than `make test` runs (`FUZZ_CASES`, 2000 unless set).
+async fn chaos(test_args: &[String]) -> Result<ExitCode> {
+    let tools = Tools::ensure(&tool_sources())?;
+    let rows = cargo_test(
+        &tools,
+        &["--locked", "-p", "app-operator", "--test", "chaos", "--"],
+        &[
+            &["--test-threads=1".to_owned(), "--nocapture".to_owned()],
+            test_args,
+        ]
+        .concat(),
+        &[],
+    )?;
+    let fuzz = if test_args.is_empty() {
+        let cases = std::env::var_os("FUZZ_CASES").unwrap_or_else(|| "2000".into());
+        let cluster = TestCluster::acquire(&tools).await?;
+        let status = cargo_test(
+            &tools,
+            &["--locked", "-p", "app-operator", "--test", "fuzz", "--"],
+            &["--nocapture".to_owned()],
+            &[
+                ("FUZZ_CASES", &cases),
+                (
+                    "APP_OPERATOR_TEST_KUBECONFIG",
+                    cluster.kubeconfig.as_os_str(),
+                ),
+            ],
+        );
+        cluster.release()?;
+        Some(status?)
+    } else {
+        None
+    };
+    if !rows.success() {
+        bail!("the fault suite failed ({rows})");
+    }
+    if let Some(fuzz) = fuzz.filter(|status| !status.success()) {
+        bail!("the fuzzer failed ({fuzz})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The whole suite on the shared control plane, then the bench smoke on it.
+async fn test(cargo_args: &[String]) -> Result<ExitCode> {
+    ensure_postgres()?;
+    let tools = Tools::ensure(&tool_sources())?;
+    let cluster = TestCluster::acquire(&tools).await?;
+    let status = cargo_test(
+        &tools,
+        &["--workspace", "--locked"],
+        cargo_args,
+        &[(
+            "APP_OPERATOR_TEST_KUBECONFIG",
+            cluster.kubeconfig.as_os_str(),
+        )],
+    );
+    let smoke = match &status {
+        Ok(status) if status.success() => bench_smoke(&cluster.kubeconfig, &tools).await,
+        _ => Ok(()),
+    };
+    cluster.release()?;
+    let status = status?;
     if !status.success() {
         bail!("cargo test failed ({status})");
     }

@@ -12,63 +12,17 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use local_cluster::{Cluster, ClusterOptions, Layout, Stop};
+use local_cluster::Stop;
 use serde_json::json;
+use support::cluster::{OwnCluster, repo_file};
 use support::process::OperatorProcess;
-use testkit::{eventually, tools};
+use testkit::eventually;
 
 /// The goal the issue sets: converged within this long after the control plane is back.
 const CONVERGED_AFTER_RECOVERY: Duration = Duration::from_secs(60);
-
-/// A control plane of this test's own, stopped (and its state removed) when dropped.
-struct OwnCluster {
-    layout: Layout,
-    kubeconfig: PathBuf,
-}
-
-impl OwnCluster {
-    async fn up(name: &str) -> OwnCluster {
-        let layout = Layout {
-            state_dir: local_cluster::repo_root()
-                .join(format!("target/{name}-{}", std::process::id())),
-        };
-        let cluster = Cluster::up(&layout, tools(), &ClusterOptions::default())
-            .await
-            .unwrap();
-        OwnCluster {
-            kubeconfig: cluster.kubeconfig,
-            layout,
-        }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> String {
-        testkit::kubectl_ok_on(&self.kubeconfig, args)
-    }
-
-    /// Kills `component` (SIGKILL), leaves it down for `down`, starts it again and waits until
-    /// it serves; returns when it was back.
-    async fn crash(&self, component: &str, down: Duration) -> Instant {
-        Cluster::stop_component(&self.layout, component, Stop::Kill).unwrap();
-        tokio::time::sleep(down).await;
-        Cluster::start_component(&self.layout, component, Duration::from_secs(120))
-            .await
-            .unwrap();
-        Instant::now()
-    }
-}
-
-impl Drop for OwnCluster {
-    fn drop(&mut self) {
-        let _ = Cluster::down(&self.layout);
-    }
-}
-
-fn repo_file(path: &str) -> String {
-    format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
-}
 
 /// MyApp `myapp-sample` serves `image` and is Ready, and AppCluster `appcluster-sample` has
 /// `size` Ready Pods.
@@ -111,7 +65,7 @@ async fn crash_then_edit(
     size: u32,
 ) -> Duration {
     let back = cluster
-        .crash(component, Duration::from_secs(down_secs))
+        .restart(component, Stop::Kill, Duration::from_secs(down_secs))
         .await;
     assert!(
         operator.exited().is_none(),
@@ -143,20 +97,7 @@ fn log_has_no_panic(operator: &OperatorProcess) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_rides_out_an_api_server_and_an_etcd_crash() {
-    let cluster = OwnCluster::up("faults-crash").await;
-    cluster.kubectl(&[
-        "apply",
-        "--server-side",
-        "-f",
-        &repo_file("config/crd/bases"),
-    ]);
-    cluster.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "--all",
-        "--timeout=60s",
-    ]);
+    let cluster = OwnCluster::up("faults-crash", false).await;
     let mut operator = OperatorProcess::spawn(
         Path::new(&cluster.kubeconfig),
         &[

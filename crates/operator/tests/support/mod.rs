@@ -10,6 +10,7 @@
 )]
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod etcd;
 pub mod process;
 

@@ -1,0 +1,947 @@
+//! The fault suite (`cargo xtask chaos`): rows of the fault table in docs/architecture.md, run
+//! one after another, each on a control plane of its own whose API server keeps an audit log.
+//! Besides its own goal every row checks what a user relies on after any fault: every MyApp
+//! Ready at its generation with exactly its children, every AppCluster with `size` Pods and
+//! never more, no panic, and no operator write for two minutes once converged.
+//!
+//! Too long for `make test` (its smoke subset is `faults.rs` and the restart tests in
+//! `process.rs`); `test = false` in Cargo.toml keeps it out of `cargo test`.
+
+// Test code: a failed expectation is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use app_operator_api::{AppCluster, MyApp};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use local_cluster::Stop;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::json;
+use support::PodCount;
+use support::cluster::OwnCluster;
+use support::process::OperatorProcess;
+use testkit::eventually;
+use testkit::proxy::{Fault, FaultProxy};
+
+/// The goal of most rows: converged this long after the fault ended.
+const CONVERGED: Duration = Duration::from_secs(60);
+/// How long a converged operator is watched for writes it should not make (the goal: 2 min;
+/// `APP_OPERATOR_CHAOS_QUIET_SECS` shortens it while working on one row).
+fn quiet() -> Duration {
+    Duration::from_secs(
+        std::env::var("APP_OPERATOR_CHAOS_QUIET_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(120),
+    )
+}
+/// The user the operator acts as (impersonated), so the audit log tells its writes apart.
+const OPERATOR: &str = "chaos-operator";
+
+/// One row's control plane, with the client the checks use.
+struct Scene {
+    cluster: OwnCluster,
+    client: Client,
+}
+
+impl Scene {
+    async fn new(row: &str) -> Scene {
+        let cluster = OwnCluster::up(&format!("chaos-{row}"), true).await;
+        let client = cluster.client().await;
+        Scene { cluster, client }
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    /// The operator (MyApp and AppCluster controllers) acting as `user`, through `kubeconfig`
+    /// if given (a proxy's), with `extra` flags.
+    fn operator(&self, user: &str, kubeconfig: Option<&Path>, extra: &[&str]) -> OperatorProcess {
+        let own = self.cluster.kubeconfig_as(user);
+        let args = [
+            &[
+                "--controllers=myapp,appcluster",
+                "--watch-namespace=default",
+            ],
+            extra,
+        ]
+        .concat();
+        OperatorProcess::spawn(kubeconfig.unwrap_or(&own), &args)
+    }
+
+    /// Creates MyApps `first..first + count` (`app-<i>`), ten requests at a time; those whose
+    /// index is below `autoscaled` have autoscaling enabled.
+    async fn create_my_apps(&self, first: usize, count: usize, autoscaled: usize) {
+        let api = self.api::<MyApp>();
+        futures::stream::iter(first..first + count)
+            .for_each_concurrent(10, |i| {
+                let api = api.clone();
+                async move {
+                    let mut spec = json!({ "replicas": 1, "image": "nginx:1.27", "port": 80 });
+                    if i < autoscaled {
+                        spec["autoScaling"] = json!({ "enabled": true, "maxReplicas": 3 });
+                    }
+                    let app: MyApp = testkit::object(json!({
+                        "apiVersion": "example.com/v1", "kind": "MyApp",
+                        "metadata": { "name": format!("app-{i}") }, "spec": spec,
+                    }));
+                    api.create(&PostParams::default(), &app).await.unwrap();
+                }
+            })
+            .await;
+    }
+
+    async fn patch<K>(&self, name: &str, patch: serde_json::Value)
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        self.api::<K>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Waits (at most `within`, failing with `goal`) until everything is converged; returns how
+    /// long it took.
+    async fn converged(&self, within: Duration, goal: &str) -> Duration {
+        let start = Instant::now();
+        let mut last = String::new();
+        let result = tokio::time::timeout(within, async {
+            loop {
+                match self.divergence().await {
+                    None => return,
+                    Some(what) => last = what,
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+        .await;
+        assert!(result.is_ok(), "{goal}: not converged: {last}");
+        start.elapsed()
+    }
+
+    /// What is not converged yet, if anything: a MyApp not Ready at its generation, a child
+    /// missing, extra or stale, an AppCluster without `size` Ready Pods.
+    async fn divergence(&self) -> Option<String> {
+        let list = ListParams::default();
+        let (apps, deployments, services) = (self.api(), self.api(), self.api());
+        let (hpas, clusters, pods) = (self.api(), self.api(), self.api());
+        let Ok((apps, deployments, services, hpas, clusters, pods)) = futures::try_join!(
+            Api::<MyApp>::list(&apps, &list),
+            Api::<Deployment>::list(&deployments, &list),
+            Api::<Service>::list(&services, &list),
+            Api::<HorizontalPodAutoscaler>::list(&hpas, &list),
+            Api::<AppCluster>::list(&clusters, &list),
+            Api::<Pod>::list(&pods, &list),
+        ) else {
+            return Some("the API server did not answer".into());
+        };
+        let owned_by = |owners: Option<&Vec<_>>| -> Option<String> {
+            owners?
+                .iter()
+                .find(
+                    |o: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference| {
+                        o.controller == Some(true)
+                    },
+                )
+                .map(|o| o.uid.clone())
+        };
+        let by_uid: BTreeMap<String, &MyApp> = apps
+            .items
+            .iter()
+            .map(|app| (app.uid().unwrap_or_default(), app))
+            .collect();
+        let deployment_of: BTreeMap<String, &Deployment> = deployments
+            .items
+            .iter()
+            .filter_map(|d| Some((owned_by(d.metadata.owner_references.as_ref())?, d)))
+            .collect();
+        for app in &apps.items {
+            let name = app.name_any();
+            let status = app.status.as_ref();
+            if status.and_then(|s| s.observed_generation) != app.metadata.generation {
+                return Some(format!("MyApp {name}: status not at its generation"));
+            }
+            let ready = status.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+            if !ready {
+                return Some(format!("MyApp {name}: not Ready"));
+            }
+            let Some(deployment) = deployment_of.get(&app.uid().unwrap_or_default()) else {
+                return Some(format!("MyApp {name}: no Deployment"));
+            };
+            let image = deployment
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.image.clone());
+            if image.as_deref() != Some(app.spec.image.as_str()) {
+                return Some(format!("MyApp {name}: Deployment image {image:?}"));
+            }
+            let autoscaled = app.spec.auto_scaling.as_ref().is_some_and(|a| a.enabled);
+            let has_hpa = hpas.items.iter().any(|h| h.name_any() == name);
+            if autoscaled != has_hpa {
+                return Some(format!(
+                    "MyApp {name}: autoscaling {autoscaled}, HPA {has_hpa}"
+                ));
+            }
+        }
+        // Every child belongs to a MyApp that exists, one of each kind per MyApp.
+        for (kind, owners) in [
+            (
+                "Deployment",
+                deployments
+                    .items
+                    .iter()
+                    .map(|d| owned_by(d.metadata.owner_references.as_ref()))
+                    .collect::<Vec<_>>(),
+            ),
+            (
+                "Service",
+                services
+                    .items
+                    .iter()
+                    .filter(|s| s.name_any() != "kubernetes")
+                    .map(|s| owned_by(s.metadata.owner_references.as_ref()))
+                    .collect(),
+            ),
+        ] {
+            let distinct: BTreeSet<_> = owners.iter().collect();
+            if distinct.len() != owners.len() || owners.len() != apps.items.len() {
+                return Some(format!(
+                    "{} {kind}s for {} MyApps (duplicates or orphans)",
+                    owners.len(),
+                    apps.items.len()
+                ));
+            }
+            if let Some(orphan) = owners
+                .iter()
+                .find(|o| o.as_ref().is_none_or(|uid| !by_uid.contains_key(uid)))
+            {
+                return Some(format!("a {kind} owned by {orphan:?}, no MyApp"));
+            }
+        }
+        for cluster in &clusters.items {
+            let name = cluster.name_any();
+            let size = cluster.spec.size;
+            let live = pods
+                .items
+                .iter()
+                .filter(|p| p.labels().get("app") == Some(&name))
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count();
+            let ready = cluster.status.as_ref().map(|s| s.ready);
+            if ready != Some(size) || live != usize::try_from(size).unwrap_or(0) {
+                return Some(format!(
+                    "AppCluster {name}: size {size}, status.ready {ready:?}, {live} Pods"
+                ));
+            }
+        }
+        None
+    }
+
+    /// The writes `user` made (leases aside: renewing one is what a leader does) at or after
+    /// `since`.
+    fn writes_by(&self, user: &str, since: Timestamp) -> Vec<String> {
+        self.cluster
+            .audit()
+            .into_iter()
+            .filter(|e| e.user == user && e.at >= since && e.resource != "leases")
+            .map(|e| {
+                format!(
+                    "{} {} {} {} at {}",
+                    e.verb, e.resource, e.name, e.code, e.at
+                )
+            })
+            .collect()
+    }
+
+    /// The operator acting as `user`, converged, makes no write for [`quiet`].
+    async fn stays_quiet(&self, user: &str) {
+        let since = Timestamp::now();
+        let quiet = quiet();
+        tokio::time::sleep(quiet).await;
+        let writes = self.writes_by(user, since);
+        assert!(
+            writes.is_empty(),
+            "the converged operator wrote {} times within {quiet:?} (goal: none): {:?}",
+            writes.len(),
+            &writes[..writes.len().min(10)]
+        );
+    }
+}
+
+fn sigkill(operator: &mut OperatorProcess) {
+    kill(
+        Pid::from_raw(i32::try_from(operator.pid()).unwrap()),
+        Signal::SIGKILL,
+    )
+    .unwrap();
+    operator.wait();
+}
+
+fn no_panic(operator: &OperatorProcess) {
+    let log = operator.log();
+    assert!(!log.contains("panicked"), "the operator panicked:\n{log}");
+}
+
+/// A pseudo-random delay in `0..bound` from `seed` (splitmix64): a seed printed by a failing
+/// run reproduces its kill moment.
+fn delay_for(seed: u64, bound: Duration) -> Duration {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let millis = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX).max(1);
+    Duration::from_millis(z % millis)
+}
+
+/// The seeds of the SIGKILL row: `APP_OPERATOR_CHAOS_SEEDS=3,17` reruns those, else 1..=5.
+fn seeds() -> Vec<u64> {
+    std::env::var("APP_OPERATOR_CHAOS_SEEDS").map_or_else(
+        |_| (1..=5).collect(),
+        |list| list.split(',').map(|s| s.trim().parse().unwrap()).collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_a_random_moment_of_a_burst_then_restart() {
+    let seeds = seeds();
+    for (round, &seed) in seeds.iter().enumerate() {
+        let scene = Scene::new(&format!("sigkill-{seed}")).await;
+        let moment = delay_for(seed, Duration::from_secs(20));
+        println!("seed {seed}: SIGKILL {moment:?} into the burst");
+        let pods = PodCount::start(scene.api::<Pod>(), "app=burst").await;
+        scene
+            .api::<AppCluster>()
+            .create(
+                &PostParams::default(),
+                &testkit::object(json!({
+                    "apiVersion": "demo.demo.io/v1", "kind": "AppCluster",
+                    "metadata": { "name": "burst" }, "spec": { "size": 0 },
+                })),
+            )
+            .await
+            .unwrap();
+        let mut operator = scene.operator(OPERATOR, None, &[]);
+        operator.ready().await;
+        let burst = async {
+            scene
+                .patch::<AppCluster>("burst", json!({ "spec": { "size": 200 } }))
+                .await;
+            scene.create_my_apps(0, 300, 0).await;
+        };
+        let crash = async {
+            tokio::time::sleep(moment).await;
+            sigkill(&mut operator);
+        };
+        futures::join!(burst, crash);
+        no_panic(&operator);
+        let restarted = scene.operator(OPERATOR, None, &[]);
+        let took = scene
+            .converged(
+                CONVERGED,
+                &format!("seed {seed}: converged ≤ 60 s after the restart"),
+            )
+            .await;
+        println!("seed {seed}: converged {took:?} after the restart");
+        assert!(
+            pods.most() <= 200,
+            "seed {seed}: {} Pods at once for size 200 (goal: never more than size)",
+            pods.most()
+        );
+        // The quiet check once, after the last seed: two minutes per seed would double the row.
+        if round + 1 == seeds.len() {
+            scene.stays_quiet(OPERATOR).await;
+        }
+        no_panic(&restarted);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_made_while_the_operator_was_down_are_reflected_after_it_starts() {
+    let scene = Scene::new("while-down").await;
+    let mut operator = scene.operator(OPERATOR, None, &[]);
+    scene.create_my_apps(0, 60, 10).await;
+    scene
+        .api::<AppCluster>()
+        .create(
+            &PostParams::default(),
+            &testkit::object(json!({
+                "apiVersion": "demo.demo.io/v1", "kind": "AppCluster",
+                "metadata": { "name": "down" }, "spec": { "size": 200 },
+            })),
+        )
+        .await
+        .unwrap();
+    scene
+        .converged(support::TIMEOUT * 3, "the first convergence")
+        .await;
+    no_panic(&operator);
+    kill(
+        Pid::from_raw(i32::try_from(operator.pid()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(
+        operator.wait().success(),
+        "a SIGTERM ends the operator cleanly"
+    );
+
+    for i in 10..60 {
+        scene
+            .patch::<MyApp>(
+                &format!("app-{i}"),
+                json!({ "spec": { "image": "nginx:1.28" } }),
+            )
+            .await;
+    }
+    for i in 0..10 {
+        scene
+            .patch::<MyApp>(
+                &format!("app-{i}"),
+                json!({ "spec": { "autoScaling": { "enabled": false, "maxReplicas": 3 } } }),
+            )
+            .await;
+    }
+    for i in 20..40 {
+        scene
+            .api::<Deployment>()
+            .delete(&format!("app-{i}"), &Default::default())
+            .await
+            .unwrap();
+    }
+    scene
+        .patch::<AppCluster>("down", json!({ "spec": { "size": 50 } }))
+        .await;
+
+    let restarted = scene.operator(OPERATOR, None, &[]);
+    let took = scene
+        .converged(CONVERGED, "all changes reflected ≤ 60 s after the restart")
+        .await;
+    println!("changes made while down: converged {took:?} after the restart");
+    scene.stays_quiet(OPERATOR).await;
+    no_panic(&restarted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_within_20_s_of_a_leader_killed_mid_burst() {
+    let scene = Scene::new("leader-kill").await;
+    let election = ["--leader-elect", "--leader-election-namespace=default"];
+    let mut leader = scene.operator("chaos-replica-a", None, &election);
+    leader.ready().await;
+    eventually(support::TIMEOUT, "replica a to lead", || async {
+        let lease = scene.cluster.audit();
+        lease
+            .iter()
+            .any(|e| e.user == "chaos-replica-a" && e.resource == "leases" && e.code < 300)
+            .then_some(())
+    })
+    .await;
+    let standby = scene.operator("chaos-replica-b", None, &election);
+    standby.ready().await;
+
+    let burst = scene.create_my_apps(0, 100, 0);
+    let crash = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        sigkill(&mut leader);
+        Timestamp::now()
+    };
+    let ((), killed) = futures::join!(burst, crash);
+    scene
+        .converged(CONVERGED, "converged ≤ 60 s after the leader was killed")
+        .await;
+
+    let writes: Vec<_> = scene
+        .cluster
+        .audit()
+        .into_iter()
+        .filter(|e| e.resource != "leases" && e.user.starts_with("chaos-replica-"))
+        .collect();
+    let first_standby = writes
+        .iter()
+        .find(|e| e.user == "chaos-replica-b")
+        .expect("the standby wrote")
+        .at;
+    let taking_over = first_standby.duration_since(killed);
+    println!("the standby's first write came {taking_over:?} after the leader was killed");
+    assert!(
+        taking_over.as_secs() <= 20,
+        "standby wrote after {taking_over:?} > 20 s"
+    );
+    let overlap: Vec<_> = writes
+        .iter()
+        .filter(|e| e.user == "chaos-replica-a" && e.at >= first_standby)
+        .collect();
+    assert!(
+        overlap.is_empty(),
+        "two writers: the old leader wrote after the standby's first write: {overlap:?}"
+    );
+    scene.stays_quiet("chaos-replica-b").await;
+    no_panic(&standby);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converged_within_60_s_after_connections_were_refused_then_reset() {
+    let scene = Scene::new("refuse-reset").await;
+    let (proxy, proxied) = through_proxy(&scene, OPERATOR).await;
+    let mut operator = scene.operator(OPERATOR, Some(&proxied), &[]);
+    scene.create_my_apps(0, 50, 0).await;
+    scene
+        .converged(support::TIMEOUT, "the first convergence")
+        .await;
+
+    for (fault, images) in [(Fault::Refuse, 0..25), (Fault::Reset, 25..50)] {
+        proxy.set(fault);
+        for i in images {
+            scene
+                .patch::<MyApp>(
+                    &format!("app-{i}"),
+                    json!({ "spec": { "image": "nginx:1.28" } }),
+                )
+                .await;
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+    proxy.set(Fault::Pass);
+    let took = scene
+        .converged(CONVERGED, "converged ≤ 60 s after the network healed")
+        .await;
+    println!("refused then reset for 30 s each: converged {took:?} after heal");
+    assert!(operator.exited().is_none(), "the operator stays up");
+    scene.stays_quiet(OPERATOR).await;
+    no_panic(&operator);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_crd_is_warned_about_and_its_reinstall_picked_up() {
+    let scene = Scene::new("crd").await;
+    let operator = scene.operator(OPERATOR, None, &[]);
+    scene.create_my_apps(0, 5, 0).await;
+    scene
+        .converged(support::TIMEOUT, "the first convergence")
+        .await;
+
+    scene
+        .cluster
+        .kubectl(&["delete", "crd", "myapps.example.com"]);
+    eventually(
+        support::TIMEOUT,
+        "a WARN line for the MyApp watch",
+        || async {
+            operator
+                .log()
+                .lines()
+                .any(|l| l.contains("WARN") && l.contains("watch failed") && l.contains("MyApp"))
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    scene.cluster.kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &support::cluster::repo_file("config/crd/bases/example.com_myapps.yaml"),
+    ]);
+    scene.cluster.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/myapps.example.com",
+        "--timeout=60s",
+    ]);
+    scene.create_my_apps(100, 1, 0).await;
+    let took = scene
+        .converged(
+            CONVERGED,
+            "a new MyApp converged ≤ 60 s after the CRD was Established",
+        )
+        .await;
+    println!("CRD reinstalled: converged {took:?} after Established");
+    scene.stays_quiet(OPERATOR).await;
+    no_panic(&operator);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_and_etcd_stopping_under_the_operator() {
+    let scene = Scene::new("control-plane").await;
+    let mut operator = scene.operator(OPERATOR, None, &[]);
+    scene.create_my_apps(0, 20, 0).await;
+    scene
+        .converged(support::TIMEOUT, "the first convergence")
+        .await;
+    let outages = [
+        ("kube-apiserver", Stop::Term, 5),
+        ("kube-apiserver", Stop::Kill, 5),
+        ("kube-apiserver", Stop::Term, 45),
+        ("kube-apiserver", Stop::Kill, 45),
+        ("etcd", Stop::Kill, 10),
+        ("etcd", Stop::Kill, 40),
+    ];
+    for (round, (component, how, down)) in outages.into_iter().enumerate() {
+        let back = scene
+            .cluster
+            .restart(component, how, Duration::from_secs(down))
+            .await;
+        assert!(
+            operator.exited().is_none(),
+            "the operator exited with {component} {how:?} for {down} s"
+        );
+        let image = format!("nginx:1.{}", 30 + round);
+        for i in 0..20 {
+            scene
+                .patch::<MyApp>(&format!("app-{i}"), json!({ "spec": { "image": image } }))
+                .await;
+        }
+        let took = scene
+            .converged(
+                CONVERGED,
+                &format!("converged ≤ 60 s after {component} ({how:?}, {down} s) was back"),
+            )
+            .await;
+        let count = scene
+            .api::<MyApp>()
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        assert_eq!(count.items.len(), 20, "MyApps lost with {component}");
+        println!(
+            "{component} {how:?} down {down} s: converged {:?} after it was back ({took:?} after the edits)",
+            back.elapsed()
+        );
+    }
+    scene.stays_quiet(OPERATOR).await;
+    no_panic(&operator);
+}
+
+/// Whether the Lease is held by an operator process (`<host>_<pid>` identities), not `other`.
+async fn lease_holder(scene: &Scene) -> Option<String> {
+    let lease = scene
+        .api::<Lease>()
+        .get_opt("app-operator.example.com")
+        .await
+        .ok()??;
+    lease.spec?.holder_identity
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_with_a_skewed_renew_time_is_taken_after_its_duration_on_our_clock() {
+    let scene = Scene::new("lease-skew").await;
+    let election = ["--leader-elect", "--leader-election-namespace=default"];
+    let mut leader = None;
+    for skew_secs in [3600, -3600] {
+        // The previous case's leader goes (killed) before the lease is replaced.
+        drop(leader.take());
+        let renew = MicroTime(Timestamp::now() + SignedDuration::from_secs(skew_secs));
+        let lease = Lease {
+            metadata: kube::api::ObjectMeta {
+                name: Some("app-operator.example.com".into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                holder_identity: Some("another-operator".into()),
+                lease_duration_seconds: Some(15),
+                acquire_time: Some(renew.clone()),
+                renew_time: Some(renew),
+                ..Default::default()
+            }),
+        };
+        let _ = scene
+            .api::<Lease>()
+            .delete("app-operator.example.com", &Default::default())
+            .await;
+        scene
+            .api::<Lease>()
+            .create(&PostParams::default(), &lease)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let operator = scene.operator(OPERATOR, None, &election);
+        let holder = eventually(Duration::from_secs(40), "the lease taken", || async {
+            lease_holder(&scene)
+                .await
+                .filter(|h| h != "another-operator")
+        })
+        .await;
+        let took = started.elapsed();
+        println!("renewTime {skew_secs:+} s from now: the lease taken after {took:?} by {holder}");
+        assert!(
+            (15..=19).contains(&took.as_secs()),
+            "lease acquired after {took:?} (goal: 15–19 s, neither earlier nor never)"
+        );
+        no_panic(&operator);
+        leader = Some(operator);
+    }
+    scene.create_my_apps(0, 1, 0).await;
+    scene
+        .converged(CONVERGED, "the new leader reconciles")
+        .await;
+    scene.stays_quiet(OPERATOR).await;
+    if let Some(leader) = &leader {
+        no_panic(leader);
+    }
+}
+
+/// A kubeconfig acting as `user` through a new fault proxy.
+async fn through_proxy(scene: &Scene, user: &str) -> (FaultProxy, std::path::PathBuf) {
+    let own = scene.cluster.kubeconfig_as(user);
+    let server = std::fs::read_to_string(&own)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: https://").map(str::to_owned))
+        .unwrap();
+    let proxy = FaultProxy::start(server.parse().unwrap()).await;
+    let proxied = scene
+        .cluster
+        .layout
+        .state_dir
+        .join(format!("{user}-proxied.kubeconfig"));
+    proxy.kubeconfig(&own, &proxied);
+    (proxy, proxied)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackhole_during_a_burst_frees_every_worker_and_converges_within_90_s() {
+    let scene = Scene::new("burst-blackhole").await;
+    let (proxy, proxied) = through_proxy(&scene, OPERATOR).await;
+    let operator = scene.operator(OPERATOR, Some(&proxied), &[]);
+    operator.ready().await;
+    let burst = scene.create_my_apps(0, 100, 0);
+    let outage = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        proxy.set(Fault::Blackhole);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        proxy.set(Fault::Pass);
+        Instant::now()
+    };
+    let ((), healed) = futures::join!(burst, outage);
+    scene
+        .converged(
+            Duration::from_secs(90).saturating_sub(healed.elapsed()),
+            "all converged ≤ 90 s after the blackhole ended",
+        )
+        .await;
+    println!(
+        "blackholed 30 s mid-burst: converged {:?} after heal",
+        healed.elapsed()
+    );
+    let active = r#"controller_runtime_active_workers{controller="myapp"}"#;
+    eventually(
+        support::TIMEOUT,
+        "no worker busy once converged",
+        || async { (operator.metric(active).await? == 0.0).then_some(()) },
+    )
+    .await;
+    scene.stays_quiet(OPERATOR).await;
+    no_panic(&operator);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackholed_leader_exits_within_12_s_and_never_writes_beside_its_successor() {
+    let scene = Scene::new("leader-blackhole").await;
+    let election = ["--leader-elect", "--leader-election-namespace=default"];
+    let (leader_proxy, leader_config) = through_proxy(&scene, "chaos-replica-a").await;
+    let mut leader = scene.operator("chaos-replica-a", Some(&leader_config), &election);
+    eventually(support::TIMEOUT, "replica a to lead", || async {
+        lease_holder(&scene)
+            .await
+            .filter(|h| h.contains(&format!("_{:08x}", leader.pid())))
+    })
+    .await;
+    let standby = scene.operator("chaos-replica-b", None, &election);
+    standby.ready().await;
+
+    let burst = scene.create_my_apps(0, 50, 0);
+    let outage = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        leader_proxy.set(Fault::Blackhole);
+        let cut = Instant::now();
+        let exited = loop {
+            if let Some(status) = leader.exited() {
+                break status;
+            }
+            assert!(
+                cut.elapsed() < Duration::from_secs(25),
+                "the blackholed leader still runs after 25 s (goal: exits ≤ 12 s)"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let after = cut.elapsed();
+        tokio::time::sleep(Duration::from_secs(25).saturating_sub(after)).await;
+        leader_proxy.set(Fault::Pass);
+        (exited, after)
+    };
+    let ((), (exited, after)) = futures::join!(burst, outage);
+    println!("the blackholed leader exited ({exited}) {after:?} after the cut");
+    assert!(
+        !exited.success() && after.as_secs() <= 12,
+        "old leader exited ({exited}) after {after:?} (goal: non-zero, ≤ 12 s)"
+    );
+    scene
+        .converged(CONVERGED, "converged ≤ 60 s after the cut")
+        .await;
+    let writes: Vec<_> = scene
+        .cluster
+        .audit()
+        .into_iter()
+        .filter(|e| e.user.starts_with("chaos-replica-") && e.resource != "leases")
+        .collect();
+    if let Some(first) = writes.iter().find(|e| e.user == "chaos-replica-b") {
+        let overlap: Vec<_> = writes
+            .iter()
+            .filter(|e| e.user == "chaos-replica-a" && e.at >= first.at)
+            .collect();
+        assert!(
+            overlap.is_empty(),
+            "two writers: the old leader wrote after its successor's first write: {overlap:?}"
+        );
+    }
+    scene.stays_quiet("chaos-replica-b").await;
+    no_panic(&standby);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_watches_are_replaced_and_edits_applied_within_70_s() {
+    let scene = Scene::new("dead-watches").await;
+    let (proxy, proxied) = through_proxy(&scene, OPERATOR).await;
+    let operator = scene.operator(OPERATOR, Some(&proxied), &[]);
+    scene.create_my_apps(0, 1, 0).await;
+    scene
+        .api::<AppCluster>()
+        .create(
+            &PostParams::default(),
+            &testkit::object(json!({
+                "apiVersion": "demo.demo.io/v1", "kind": "AppCluster",
+                "metadata": { "name": "watched" }, "spec": { "size": 10 },
+            })),
+        )
+        .await
+        .unwrap();
+    scene
+        .converged(support::TIMEOUT, "the first convergence")
+        .await;
+    let pods = PodCount::start(scene.api::<Pod>(), "app=watched").await;
+
+    // Every connection open now (the watches among them) goes silent; new ones work.
+    proxy.set(Fault::BlackholeOpen);
+    scene
+        .patch::<AppCluster>("watched", json!({ "spec": { "size": 20 } }))
+        .await;
+    scene
+        .patch::<MyApp>("app-0", json!({ "spec": { "image": "nginx:1.28" } }))
+        .await;
+    let took = scene
+        .converged(
+            Duration::from_secs(70),
+            "edits applied ≤ 70 s after the watches went silent",
+        )
+        .await;
+    println!("dead watches: edits applied after {took:?}");
+    assert!(
+        pods.most() <= 20,
+        "{} Pods at once for size 20 (goal: never more than size)",
+        pods.most()
+    );
+    proxy.set(Fault::Pass);
+    scene.stays_quiet(OPERATOR).await;
+    no_panic(&operator);
+}
+
+/// Creates MyApps `first..first + 300` and returns how long until everything converged.
+async fn burst_of_300(scene: &Scene, first: usize, goal: &str, within: Duration) -> Duration {
+    let started = Instant::now();
+    scene.create_my_apps(first, 300, 0).await;
+    scene
+        .converged(within.saturating_sub(started.elapsed()), goal)
+        .await;
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_by_priority_and_fairness_the_operator_still_converges() {
+    let scene = Scene::new("apf").await;
+    let mut operator = scene.operator(OPERATOR, None, &[]);
+    operator.ready().await;
+    let unthrottled = burst_of_300(&scene, 0, "the unthrottled burst", support::TIMEOUT * 5).await;
+
+    // The operator's requests get a priority level of one seat that rejects (429) what does not
+    // fit, instead of queuing it.
+    let limits = json!({
+        "apiVersion": "v1", "kind": "List", "items": [
+            { "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+              "metadata": { "name": "chaos-one-seat" },
+              "spec": { "type": "Limited", "limited": {
+                  "nominalConcurrencyShares": 1, "lendablePercent": 0,
+                  "limitResponse": { "type": "Reject" } } } },
+            { "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+              "metadata": { "name": "chaos-operator" },
+              "spec": { "priorityLevelConfiguration": { "name": "chaos-one-seat" },
+                  "matchingPrecedence": 100,
+                  "rules": [{
+                      "subjects": [{ "kind": "User", "user": { "name": OPERATOR } }],
+                      "resourceRules": [{ "verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                          "namespaces": ["*"], "clusterScope": true }] }] } },
+        ]
+    });
+    let file = scene.cluster.layout.state_dir.join("apf.json");
+    std::fs::write(&file, limits.to_string()).unwrap();
+    scene
+        .cluster
+        .kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let throttled = burst_of_300(
+        &scene,
+        300,
+        "converged ≤ 3 × the unthrottled time",
+        unthrottled * 3,
+    )
+    .await;
+    let rejected = operator
+        .metric(r#"rest_client_requests_total{method="PATCH",code="429"}"#)
+        .await
+        .unwrap_or(0.0)
+        + operator
+            .metric(r#"rest_client_requests_total{method="POST",code="429"}"#)
+            .await
+            .unwrap_or(0.0);
+    println!(
+        "300 MyApps: {unthrottled:?} unthrottled, {throttled:?} throttled; {rejected} writes answered 429"
+    );
+    assert!(
+        rejected > 0.0,
+        "no 429 in rest_client_requests_total: the throttle did not bite"
+    );
+    assert!(operator.exited().is_none(), "the operator stays up");
+    scene.stays_quiet(OPERATOR).await;
+    no_panic(&operator);
+}

@@ -1,0 +1,118 @@
+//! A control plane of a test's own, for tests that crash its components or need its audit log:
+//! never the suite's shared one.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use local_cluster::audit::AuditEvent;
+use local_cluster::{Cluster, ClusterOptions, Layout, Stop};
+use testkit::tools;
+
+/// A control plane, stopped (and its state removed) when dropped.
+pub struct OwnCluster {
+    pub layout: Layout,
+    pub kubeconfig: PathBuf,
+}
+
+impl OwnCluster {
+    /// Starts one under `target/<name>-<pid>`, with the API server's audit log if `audit`, and
+    /// installs the CRDs.
+    pub async fn up(name: &str, audit: bool) -> OwnCluster {
+        let layout = Layout {
+            state_dir: local_cluster::repo_root()
+                .join(format!("target/{name}-{}", std::process::id())),
+        };
+        let options = ClusterOptions {
+            audit,
+            ..ClusterOptions::default()
+        };
+        let cluster = Cluster::up(&layout, tools(), &options).await.unwrap();
+        let own = OwnCluster {
+            kubeconfig: cluster.kubeconfig,
+            layout,
+        };
+        own.kubectl(&[
+            "apply",
+            "--server-side",
+            "-f",
+            &repo_file("config/crd/bases"),
+        ]);
+        own.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ]);
+        own
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        testkit::kubectl_ok_on(&self.kubeconfig, args)
+    }
+
+    pub async fn client(&self) -> kube::Client {
+        local_cluster::admin_client(&self.kubeconfig).await.unwrap()
+    }
+
+    /// Stops `component` as `how` says, leaves it down for `down`, starts it again and waits
+    /// until it serves; returns when it was back.
+    pub async fn restart(&self, component: &str, how: Stop, down: Duration) -> Instant {
+        Cluster::stop_component(&self.layout, component, how).unwrap();
+        tokio::time::sleep(down).await;
+        Cluster::start_component(&self.layout, component, Duration::from_secs(120))
+            .await
+            .unwrap();
+        Instant::now()
+    }
+
+    /// A kubeconfig acting as `user` (impersonated by the admin, bound to `cluster-admin`), so
+    /// the audit log tells the processes using it from everyone else.
+    pub fn kubeconfig_as(&self, user: &str) -> PathBuf {
+        let binding = format!("chaos-{user}");
+        let bound = testkit::kubectl_on(&self.kubeconfig, &["get", "clusterrolebinding", &binding]);
+        if !bound.status.success() {
+            self.kubectl(&[
+                "create",
+                "clusterrolebinding",
+                &binding,
+                "--clusterrole=cluster-admin",
+                &format!("--user={user}"),
+            ]);
+        }
+        let text = std::fs::read_to_string(&self.kubeconfig).unwrap();
+        let path = self.layout.state_dir.join(format!("{user}.kubeconfig"));
+        std::fs::write(
+            &path,
+            text.replace("  user:\n", &format!("  user:\n    as: {user}\n")),
+        )
+        .unwrap();
+        path
+    }
+
+    /// The writes the audit log holds so far.
+    pub fn audit(&self) -> Vec<AuditEvent> {
+        local_cluster::audit::events(&self.layout.audit_log()).unwrap()
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A failed test: the components' logs and the audit log stay to be read.
+            for component in self.layout.recorded().iter().rev() {
+                component.stop(Duration::from_secs(10));
+            }
+            eprintln!(
+                "the control plane's logs are kept in {}",
+                self.layout.state_dir.display()
+            );
+            return;
+        }
+        let _ = Cluster::down(&self.layout);
+    }
+}
+
+pub fn repo_file(path: &str) -> String {
+    format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
+}
