@@ -114,6 +114,17 @@ impl Scene {
             .await;
     }
 
+    async fn create_app_cluster(&self, name: &str, size: i32) {
+        let cluster: AppCluster = testkit::object(json!({
+            "apiVersion": "demo.demo.io/v1", "kind": "AppCluster",
+            "metadata": { "name": name }, "spec": { "size": size },
+        }));
+        self.api::<AppCluster>()
+            .create(&PostParams::default(), &cluster)
+            .await
+            .unwrap();
+    }
+
     async fn patch<K>(&self, name: &str, patch: serde_json::Value)
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
@@ -343,17 +354,7 @@ async fn sigkill_at_a_random_moment_of_a_burst_then_restart() {
         let moment = delay_for(seed, Duration::from_secs(20));
         println!("seed {seed}: SIGKILL {moment:?} into the burst");
         let pods = PodCount::start(scene.api::<Pod>(), "app=burst").await;
-        scene
-            .api::<AppCluster>()
-            .create(
-                &PostParams::default(),
-                &testkit::object(json!({
-                    "apiVersion": "demo.demo.io/v1", "kind": "AppCluster",
-                    "metadata": { "name": "burst" }, "spec": { "size": 0 },
-                })),
-            )
-            .await
-            .unwrap();
+        scene.create_app_cluster("burst", 0).await;
         let mut operator = scene.operator(OPERATOR, None, &[]);
         operator.ready().await;
         let burst = async {
@@ -394,17 +395,7 @@ async fn changes_made_while_the_operator_was_down_are_reflected_after_it_starts(
     let scene = Scene::new("while-down").await;
     let mut operator = scene.operator(OPERATOR, None, &[]);
     scene.create_my_apps(0, 60, 10).await;
-    scene
-        .api::<AppCluster>()
-        .create(
-            &PostParams::default(),
-            &testkit::object(json!({
-                "apiVersion": "demo.demo.io/v1", "kind": "AppCluster",
-                "metadata": { "name": "down" }, "spec": { "size": 200 },
-            })),
-        )
-        .await
-        .unwrap();
+    scene.create_app_cluster("down", 200).await;
     scene
         .converged(support::TIMEOUT * 3, "the first convergence")
         .await;
@@ -837,17 +828,7 @@ async fn dead_watches_are_replaced_and_edits_applied_within_70_s() {
     let (proxy, proxied) = through_proxy(&scene, OPERATOR).await;
     let operator = scene.operator(OPERATOR, Some(&proxied), &[]);
     scene.create_my_apps(0, 1, 0).await;
-    scene
-        .api::<AppCluster>()
-        .create(
-            &PostParams::default(),
-            &testkit::object(json!({
-                "apiVersion": "demo.demo.io/v1", "kind": "AppCluster",
-                "metadata": { "name": "watched" }, "spec": { "size": 10 },
-            })),
-        )
-        .await
-        .unwrap();
+    scene.create_app_cluster("watched", 10).await;
     scene
         .converged(support::TIMEOUT, "the first convergence")
         .await;
