@@ -264,7 +264,9 @@ fn cache<K: Cached>(
     let metrics = settings.metrics.clone();
     let (store, writer) = reflector::store();
     let config = config.timeout(settings.watch_timeout_secs);
+    let watched = kind.clone();
     let stream = watcher(settings.api::<K>(), config)
+        .filter(move |event| std::future::ready(!expired(controller, &watched, event)))
         .default_backoff()
         .modify(|object: &mut K| object.managed_fields_mut().clear())
         .reflect(writer)
@@ -282,6 +284,25 @@ fn cache<K: Cached>(
             }
         });
     (store, stream)
+}
+
+/// Whether `event` says the watch expired (410 Gone: the API server's watch cache no longer
+/// reaches back to our resourceVersion, as after every API server restart). The watcher relists
+/// by itself; passed on as an error, the backoff would hold that relist for as long as the
+/// outage before had grown it (30 s), on top of the outage.
+fn expired<K>(
+    controller: &str,
+    kind: &str,
+    event: &Result<watcher::Event<K>, watcher::Error>,
+) -> bool {
+    let Err(watcher::Error::WatchError(status)) = event else {
+        return false;
+    };
+    if status.code != 410 {
+        return false;
+    }
+    tracing::info!(controller, kind, "watch expired; relisting");
+    true
 }
 
 /// The objects a watch applied, each once the store holds it. A list (the first one, or a relist
@@ -655,6 +676,24 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    /// An expired watch relists without a backoff; any other failure is backed off.
+    #[test]
+    fn only_an_expired_watch_skips_the_backoff() {
+        let failure = |code: u16| -> Result<
+            watcher::Event<k8s_openapi::api::core::v1::ConfigMap>,
+            watcher::Error,
+        > {
+            Err(watcher::Error::WatchError(
+                kube::core::Status::failure("", "").with_code(code).boxed(),
+            ))
+        };
+        assert!(expired("test", "ConfigMap", &failure(410)));
+        assert!(!expired("test", "ConfigMap", &failure(500)));
+        let done: Result<watcher::Event<k8s_openapi::api::core::v1::ConfigMap>, _> =
+            Ok(watcher::Event::InitDone);
+        assert!(!expired("test", "ConfigMap", &done));
     }
 
     /// A relist after the first: what it lists is released only once the store holds it, and
