@@ -636,7 +636,7 @@ async fn the_api_server_and_etcd_stopping_under_the_operator() {
     no_panic(&operator);
 }
 
-/// Whether the Lease is held by an operator process (`<host>_<pid>` identities), not `other`.
+/// The holder of the operator's leader election Lease, if it exists and names one.
 async fn lease_holder(scene: &Scene) -> Option<String> {
     let lease = scene
         .api::<Lease>()
