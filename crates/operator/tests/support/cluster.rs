@@ -8,7 +8,8 @@ use local_cluster::audit::AuditEvent;
 use local_cluster::{Cluster, ClusterOptions, Layout, Stop};
 use testkit::tools;
 
-/// A control plane, stopped (and its state removed) when dropped.
+/// A control plane, stopped when dropped; its state is removed then, unless the test failed
+/// (its logs and audit log are kept to be read).
 pub struct OwnCluster {
     pub layout: Layout,
     pub kubeconfig: PathBuf,
