@@ -127,7 +127,9 @@ impl Drop for FaultProxy {
     }
 }
 
-/// One proxied connection: its number and the proxy's setting.
+/// One proxied connection: its number and the proxy's setting (each pump holds a clone, to wait
+/// for changes on its own).
+#[derive(Clone)]
 struct Connection {
     number: u64,
     settings: watch::Receiver<Setting>,
@@ -138,21 +140,6 @@ impl Connection {
         self.settings.borrow().on(self.number)
     }
 
-    /// A receiver of the faults this connection is under, each as it is set.
-    fn faults(&self) -> Faults {
-        Faults {
-            number: self.number,
-            settings: self.settings.clone(),
-        }
-    }
-}
-
-struct Faults {
-    number: u64,
-    settings: watch::Receiver<Setting>,
-}
-
-impl Faults {
     /// Waits while the fault is a blackhole; the fault then in force (`None`: proxy gone).
     async fn unless_blackholed(&mut self) -> Option<Fault> {
         let number = self.number;
@@ -171,8 +158,8 @@ async fn forward(client: &TcpStream, upstream: SocketAddr, connection: &Connecti
         return;
     };
     tokio::select! {
-        () = pump(client, &server, connection.faults()) => {}
-        () = pump(&server, client, connection.faults()) => {}
+        () = pump(client, &server, connection.clone()) => {}
+        () = pump(&server, client, connection.clone()) => {}
     }
     if connection.fault() == Fault::Reset {
         let _ = server.set_zero_linger();
@@ -181,7 +168,7 @@ async fn forward(client: &TcpStream, upstream: SocketAddr, connection: &Connecti
 
 /// Copies `from` to `to` chunk by chunk, as the current fault allows; returns when either side
 /// closes or the fault is [`Fault::Refuse`] or [`Fault::Reset`].
-async fn pump(from: &TcpStream, to: &TcpStream, mut faults: Faults) {
+async fn pump(from: &TcpStream, to: &TcpStream, mut faults: Connection) {
     let mut buffer = vec![0u8; 16 * 1024];
     loop {
         // Blackholed: neither read nor write until the fault changes (the kernel buffers fill,
