@@ -87,8 +87,8 @@ struct RunArgs {
     /// How often candidates try for the lease and the leader renews it (RetryPeriod).
     #[arg(long, env = "APP_OPERATOR_LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
     leader_election_retry_period: Duration,
-    /// Timeout of every API request: no answer (or no progress reading one) within it fails the
-    /// request, which is retried. The API server's own limit is 60 s.
+    /// Timeout of every API request but watches: no answer within it fails the request, which is
+    /// retried. The API server's own limit is 60 s.
     #[arg(long, env = "APP_OPERATOR_REQUEST_TIMEOUT", default_value = "70s", value_parser = parse_duration)]
     request_timeout: Duration,
     /// How long each watch runs before it is renewed; one silent for 5 s longer is taken for a
@@ -242,7 +242,6 @@ async fn run(args: RunArgs) -> Result<(), String> {
             watch: args.watch_timeout,
         },
     };
-    options.timeouts.check()?;
     if let Some(election) = &options.leader_election {
         election.check_timings()?;
     }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use app_operator::controllers::etcdcluster::address::Addressing;
 use app_operator::manager::{
-    ControllerKind, Controllers, Options, Timeouts, counted_client, start_controllers,
+    ControllerKind, Controllers, Options, Timeouts, api_client, start_controllers,
 };
 use app_operator::telemetry::metrics::Metrics;
 use app_operator::telemetry::readiness::Readiness;
@@ -90,7 +90,7 @@ async fn start_on(
     crash: Option<CancellationToken>,
 ) -> Operator {
     let metrics = Arc::new(Metrics::default());
-    let client = counted_client(config, &metrics).unwrap();
+    let client = api_client(config, Timeouts::default().request, &metrics).unwrap();
     let options = Options {
         namespace: Some(namespace.to_owned()),
         controllers: controllers.to_vec(),
