@@ -636,6 +636,26 @@ async fn the_api_server_and_etcd_stopping_under_the_operator() {
     no_panic(&operator);
 }
 
+/// Replica a (the first leader) wrote nothing after replica b's first write (leases aside).
+fn assert_one_writer_at_a_time(scene: &Scene) {
+    let writes: Vec<_> = scene
+        .cluster
+        .audit()
+        .into_iter()
+        .filter(|e| e.user.starts_with("chaos-replica-") && e.resource != "leases")
+        .collect();
+    if let Some(first) = writes.iter().find(|e| e.user == "chaos-replica-b") {
+        let overlap: Vec<_> = writes
+            .iter()
+            .filter(|e| e.user == "chaos-replica-a" && e.at >= first.at)
+            .collect();
+        assert!(
+            overlap.is_empty(),
+            "two writers: the old leader wrote after its successor's first write: {overlap:?}"
+        );
+    }
+}
+
 /// The holder of the operator's leader election Lease, if it exists and names one.
 async fn lease_holder(scene: &Scene) -> Option<String> {
     let lease = scene
@@ -802,24 +822,85 @@ async fn a_blackholed_leader_exits_within_12_s_and_never_writes_beside_its_succe
     scene
         .converged(CONVERGED, "converged ≤ 60 s after the cut")
         .await;
-    let writes: Vec<_> = scene
-        .cluster
-        .audit()
-        .into_iter()
-        .filter(|e| e.user.starts_with("chaos-replica-") && e.resource != "leases")
-        .collect();
-    if let Some(first) = writes.iter().find(|e| e.user == "chaos-replica-b") {
-        let overlap: Vec<_> = writes
-            .iter()
-            .filter(|e| e.user == "chaos-replica-a" && e.at >= first.at)
-            .collect();
-        assert!(
-            overlap.is_empty(),
-            "two writers: the old leader wrote after its successor's first write: {overlap:?}"
-        );
-    }
+    assert_one_writer_at_a_time(&scene);
     scene.stays_quiet("chaos-replica-b").await;
     no_panic(&standby);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_api_server_keeps_the_lease_at_1_and_3_s_and_takes_it_away_cleanly_at_6_s() {
+    let scene = Scene::new("delay").await;
+    let election = ["--leader-elect", "--leader-election-namespace=default"];
+    let (proxy, proxied) = through_proxy(&scene, "chaos-replica-a").await;
+    let mut leader = scene.operator("chaos-replica-a", Some(&proxied), &election);
+    let leads = format!("_{:08x}", leader.pid());
+    eventually(support::TIMEOUT, "replica a to lead", || async {
+        lease_holder(&scene).await.filter(|h| h.contains(&leads))
+    })
+    .await;
+    let standby = scene.operator("chaos-replica-b", None, &election);
+    standby.ready().await;
+    scene.create_my_apps(0, 10, 0).await;
+    scene
+        .converged(support::TIMEOUT, "the first convergence")
+        .await;
+
+    // Every answer to the leader comes late; a renewal (a read and a write) takes twice that.
+    for (late, image) in [(1, "nginx:1.28"), (3, "nginx:1.29")] {
+        proxy.set(Fault::Delay(Duration::from_secs(late)));
+        for i in 0..10 {
+            scene
+                .patch::<MyApp>(&format!("app-{i}"), json!({ "spec": { "image": image } }))
+                .await;
+        }
+        let took = scene
+            .converged(CONVERGED, &format!("converged ≤ 60 s with answers {late} s late"))
+            .await;
+        // Three lease durations: a leader that missed a renewal would have lost it by now.
+        tokio::time::sleep(Duration::from_secs(45).saturating_sub(took)).await;
+        let holder = lease_holder(&scene).await.unwrap_or_default();
+        assert!(
+            leader.exited().is_none() && holder.contains(&leads),
+            "answers {late} s late: the leader lost the lease (holder {holder:?}; goal: keeps it)"
+        );
+        println!("answers {late} s late: converged after {took:?}, the leader kept the lease");
+    }
+
+    proxy.set(Fault::Delay(Duration::from_secs(6)));
+    let slowed = Instant::now();
+    let exited = loop {
+        if let Some(status) = leader.exited() {
+            break status;
+        }
+        assert!(
+            slowed.elapsed() < Duration::from_secs(40),
+            "answers 6 s late: the leader still runs after 40 s (goal: steps down ≤ 20 s)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let after = slowed.elapsed();
+    println!("answers 6 s late: the leader exited ({exited}) after {after:?}");
+    assert!(
+        !exited.success() && after <= Duration::from_secs(20),
+        "answers 6 s late: the leader exited ({exited}) after {after:?} (goal: non-zero, ≤ 20 s: the renew deadline and one late answer)"
+    );
+    let log = leader.log();
+    assert!(
+        log.contains("could not renew within the renew deadline"),
+        "the leader did not say why it stepped down:\n{log}"
+    );
+    for i in 0..10 {
+        scene
+            .patch::<MyApp>(&format!("app-{i}"), json!({ "spec": { "image": "nginx:1.30" } }))
+            .await;
+    }
+    scene
+        .converged(CONVERGED, "converged ≤ 60 s under the standby")
+        .await;
+    assert_one_writer_at_a_time(&scene);
+    scene.stays_quiet("chaos-replica-b").await;
+    no_panic(&standby);
+    no_panic(&leader);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

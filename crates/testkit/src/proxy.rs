@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -28,7 +29,9 @@ pub enum Fault {
     /// Reset connections (TCP RST, as a crashed peer or a firewall does; new ones at once): the
     /// client sees "connection reset by peer" instead of an orderly close.
     Reset,
-    /// Forward each chunk after this delay.
+    /// Forward each chunk from upstream this much later than it came (a slow link or API
+    /// server: every answer is late by it; requests still go out at once, none waits for
+    /// another).
     Delay(Duration),
 }
 
@@ -158,52 +161,88 @@ async fn forward(client: &TcpStream, upstream: SocketAddr, connection: &Connecti
         return;
     };
     tokio::select! {
-        () = pump(client, &server, connection.clone()) => {}
-        () = pump(&server, client, connection.clone()) => {}
+        () = pump(client, &server, connection.clone(), Leg::Request) => {}
+        () = pump(&server, client, connection.clone(), Leg::Answer) => {}
     }
     if connection.fault() == Fault::Reset {
         let _ = server.set_zero_linger();
     }
 }
 
+/// Which way a pump copies: [`Fault::Delay`] holds answers only.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Leg {
+    Request,
+    Answer,
+}
+
+/// What a pump does after its reading half stops.
+enum Then {
+    /// The source closed: write what is still held, then close.
+    Flush,
+    /// Refused, reset, or the proxy gone: drop it.
+    Stop,
+}
+
 /// Copies `from` to `to` chunk by chunk, as the current fault allows; returns when either side
-/// closes or the fault is [`Fault::Refuse`] or [`Fault::Reset`].
-async fn pump(from: &TcpStream, to: &TcpStream, mut faults: Connection) {
-    let mut buffer = vec![0u8; 16 * 1024];
-    loop {
-        // Blackholed: neither read nor write until the fault changes (the kernel buffers fill,
-        // as on a dead link).
-        let Some(fault) = faults.unless_blackholed().await else {
-            return;
-        };
-        if matches!(fault, Fault::Refuse | Fault::Reset) {
-            return;
-        }
-        let read = tokio::select! {
-            read = read_some(from, &mut buffer) => read,
-            changed = faults.settings.changed() => {
-                if changed.is_err() {
-                    return;
+/// closes or the fault is [`Fault::Refuse`] or [`Fault::Reset`]. Reading and writing run apart,
+/// so a delay holds every chunk for its time without holding up the ones read after it (a slow
+/// link, not a serialised one).
+async fn pump(from: &TcpStream, to: &TcpStream, connection: Connection, leg: Leg) {
+    let (held, mut due) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let mut faults = connection.clone();
+    let reading = async move {
+        let mut buffer = vec![0u8; 16 * 1024];
+        loop {
+            // Blackholed: neither read nor write until the fault changes (the kernel buffers
+            // fill, as on a dead link).
+            let Some(fault) = faults.unless_blackholed().await else {
+                return Then::Stop;
+            };
+            let delay = match fault {
+                Fault::Refuse | Fault::Reset => return Then::Stop,
+                Fault::Delay(delay) if leg == Leg::Answer => delay,
+                _ => Duration::ZERO,
+            };
+            let read = tokio::select! {
+                read = read_some(from, &mut buffer) => read,
+                changed = faults.settings.changed() => {
+                    if changed.is_err() {
+                        return Then::Stop;
+                    }
+                    continue;
                 }
-                continue;
+            };
+            let Ok(count @ 1..) = read else {
+                return Then::Flush;
+            };
+            let chunk = buffer.get(..count).unwrap_or_default().to_vec();
+            if held.send((Instant::now() + delay, chunk)).is_err() {
+                return Then::Stop;
             }
-        };
-        let Ok(count @ 1..) = read else {
-            return;
-        };
-        let chunk = buffer.get(..count).unwrap_or_default();
-        // The fault may have changed while reading: hold the chunk through a blackhole.
-        let Some(fault) = faults.unless_blackholed().await else {
-            return;
-        };
-        match fault {
-            Fault::Refuse | Fault::Reset => return,
-            Fault::Delay(delay) => tokio::time::sleep(delay).await,
-            Fault::Pass | Fault::Blackhole | Fault::BlackholeOpen => {}
         }
-        if write_all(to, chunk).await.is_err() {
-            return;
+    };
+    let mut faults = connection;
+    let writing = async move {
+        while let Some((at, chunk)) = due.recv().await {
+            tokio::time::sleep_until(at).await;
+            // The fault may have changed while it was held: hold it through a blackhole.
+            match faults.unless_blackholed().await {
+                None | Some(Fault::Refuse | Fault::Reset) => return,
+                Some(_) => {}
+            }
+            if write_all(to, &chunk).await.is_err() {
+                return;
+            }
         }
+    };
+    tokio::pin!(writing);
+    let then = tokio::select! {
+        then = reading => then,
+        () = &mut writing => return,
+    };
+    if matches!(then, Then::Flush) {
+        writing.await;
     }
 }
 
@@ -302,5 +341,28 @@ mod tests {
         let mut buffer = [0u8; 3];
         let silent = tokio::time::timeout(Duration::from_secs(1), open.read(&mut buffer)).await;
         assert!(silent.is_err(), "the open connection answered: {silent:?}");
+    }
+
+    #[tokio::test]
+    async fn delay_holds_each_answer_for_its_time_without_queuing_them() {
+        let (proxy, mut client) = echoing_connection().await;
+        proxy.set(Fault::Delay(Duration::from_secs(1)));
+        let sent = Instant::now();
+        client.write_all(b"a").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        client.write_all(b"b").await.unwrap();
+        let mut answer = [0u8; 1];
+        client.read_exact(&mut answer).await.unwrap();
+        let first = sent.elapsed();
+        client.read_exact(&mut answer).await.unwrap();
+        let second = sent.elapsed();
+        assert!(
+            first >= Duration::from_secs(1) && first < Duration::from_millis(1250),
+            "the first answer came after {first:?} (1 s late)"
+        );
+        assert!(
+            second >= Duration::from_millis(1300) && second < Duration::from_millis(1550),
+            "the second answer came after {second:?} (sent 0.3 s later, 1 s late, not queued)"
+        );
     }
 }
