@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::Instant;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// What the proxy does with traffic, on existing and new connections alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -79,10 +79,11 @@ pub fn api_client(
 
 /// Whether `request` opens a watch (`?watch=true`), which runs for as long as it is allowed to.
 fn is_watch<B>(request: &http::Request<B>) -> bool {
-    request
-        .uri()
-        .query()
-        .is_some_and(|query| query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1"))
+    request.uri().query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| pair == "watch=true" || pair == "watch=1")
+    })
 }
 
 struct DeadlineLayer(Duration);
