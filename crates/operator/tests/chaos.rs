@@ -153,6 +153,14 @@ impl Scene {
             .unwrap();
     }
 
+    /// Sets the image of MyApps `app-<i>` for each `i` of `apps`.
+    async fn set_images(&self, apps: std::ops::Range<usize>, image: &str) {
+        for i in apps {
+            self.patch::<MyApp>(&format!("app-{i}"), json!({ "spec": { "image": image } }))
+                .await;
+        }
+    }
+
     /// Waits (at most `within`, failing with `goal`) until everything is converged; returns how
     /// long it took.
     async fn converged(&self, within: Duration, goal: &str) -> Duration {
@@ -371,12 +379,17 @@ fn sigkill(operator: &mut OperatorProcess) {
     operator.wait();
 }
 
-/// Waits for `operator` to exit by itself, failing as `who` if it still runs after `limit`.
-async fn exit(operator: &mut OperatorProcess, limit: Duration, who: &str) -> ExitStatus {
+/// Waits for `operator` to exit by itself, failing as `who` if it still runs after `limit`;
+/// how it exited and how long that took.
+async fn exit(
+    operator: &mut OperatorProcess,
+    limit: Duration,
+    who: &str,
+) -> (ExitStatus, Duration) {
     let start = Instant::now();
     loop {
         if let Some(status) = operator.exited() {
-            return status;
+            return (status, start.elapsed());
         }
         assert!(start.elapsed() < limit, "{who} still runs after {limit:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -471,14 +484,7 @@ async fn changes_made_while_the_operator_was_down_are_reflected_after_it_starts(
         "a SIGTERM ends the operator cleanly"
     );
 
-    for i in 10..60 {
-        scene
-            .patch::<MyApp>(
-                &format!("app-{i}"),
-                json!({ "spec": { "image": "nginx:1.28" } }),
-            )
-            .await;
-    }
+    scene.set_images(10..60, "nginx:1.28").await;
     for i in 0..10 {
         scene
             .patch::<MyApp>(
@@ -576,14 +582,7 @@ async fn converged_within_60_s_after_connections_were_refused_then_reset() {
 
     for (fault, images) in [(Fault::Refuse, 0..25), (Fault::Reset, 25..50)] {
         proxy.set(fault);
-        for i in images {
-            scene
-                .patch::<MyApp>(
-                    &format!("app-{i}"),
-                    json!({ "spec": { "image": "nginx:1.28" } }),
-                )
-                .await;
-        }
+        scene.set_images(images, "nginx:1.28").await;
         tokio::time::sleep(Duration::from_secs(30)).await;
     }
     proxy.set(Fault::Pass);
@@ -671,11 +670,7 @@ async fn the_api_server_and_etcd_stopping_under_the_operator() {
             "the operator exited with {component} {how:?} for {down} s"
         );
         let image = format!("nginx:1.{}", 30 + round);
-        for i in 0..20 {
-            scene
-                .patch::<MyApp>(&format!("app-{i}"), json!({ "spec": { "image": image } }))
-                .await;
-        }
+        scene.set_images(0..20, &image).await;
         // The goal holds the operator to its part; the rollouts after it are the
         // controller-manager's and kwok's, whose own recovery from an API server restart can
         // take longer (docs/architecture.md, the fault suite).
@@ -796,6 +791,29 @@ async fn a_lease_with_a_skewed_renew_time_is_taken_after_its_duration_on_our_clo
     }
 }
 
+/// What the lease's holder identity contains when `operator` holds it.
+fn holder_mark(operator: &OperatorProcess) -> String {
+    format!("_{:08x}", operator.pid())
+}
+
+/// Two replicas with leader election: `chaos-replica-a` through a fault proxy, leading, and
+/// `chaos-replica-b` standing by, ready.
+async fn proxied_leader_and_standby(
+    scene: &Scene,
+) -> (FaultProxy, OperatorProcess, OperatorProcess) {
+    let election = ["--leader-elect", "--leader-election-namespace=default"];
+    let (proxy, proxied) = through_proxy(scene, "chaos-replica-a").await;
+    let leader = scene.operator("chaos-replica-a", Some(&proxied), &election);
+    let leads = holder_mark(&leader);
+    eventually(support::TIMEOUT, "replica a to lead", || async {
+        lease_holder(scene).await.filter(|h| h.contains(&leads))
+    })
+    .await;
+    let standby = scene.operator("chaos-replica-b", None, &election);
+    standby.ready().await;
+    (proxy, leader, standby)
+}
+
 /// A kubeconfig acting as `user` through a new fault proxy.
 async fn through_proxy(scene: &Scene, user: &str) -> (FaultProxy, std::path::PathBuf) {
     let own = scene.cluster.kubeconfig_as(user);
@@ -853,30 +871,18 @@ async fn a_blackhole_during_a_burst_frees_every_worker_and_converges_within_90_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blackholed_leader_exits_within_12_s_and_never_writes_beside_its_successor() {
     let scene = Scene::new("leader-blackhole").await;
-    let election = ["--leader-elect", "--leader-election-namespace=default"];
-    let (leader_proxy, leader_config) = through_proxy(&scene, "chaos-replica-a").await;
-    let mut leader = scene.operator("chaos-replica-a", Some(&leader_config), &election);
-    eventually(support::TIMEOUT, "replica a to lead", || async {
-        lease_holder(&scene)
-            .await
-            .filter(|h| h.contains(&format!("_{:08x}", leader.pid())))
-    })
-    .await;
-    let standby = scene.operator("chaos-replica-b", None, &election);
-    standby.ready().await;
+    let (leader_proxy, mut leader, standby) = proxied_leader_and_standby(&scene).await;
 
     let burst = scene.create_my_apps(0, 50, 0);
     let outage = async {
         tokio::time::sleep(Duration::from_secs(2)).await;
         leader_proxy.set(Fault::Blackhole);
-        let cut = Instant::now();
-        let exited = exit(
+        let (exited, after) = exit(
             &mut leader,
             Duration::from_secs(25),
             "the blackholed leader (goal: exits ≤ 12 s)",
         )
         .await;
-        let after = cut.elapsed();
         tokio::time::sleep(Duration::from_secs(25).saturating_sub(after)).await;
         leader_proxy.set(Fault::Pass);
         (exited, after)
@@ -898,16 +904,8 @@ async fn a_blackholed_leader_exits_within_12_s_and_never_writes_beside_its_succe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_api_server_keeps_the_lease_at_1_and_3_s_and_takes_it_away_cleanly_at_6_s() {
     let scene = Scene::new("delay").await;
-    let election = ["--leader-elect", "--leader-election-namespace=default"];
-    let (proxy, proxied) = through_proxy(&scene, "chaos-replica-a").await;
-    let mut leader = scene.operator("chaos-replica-a", Some(&proxied), &election);
-    let leads = format!("_{:08x}", leader.pid());
-    eventually(support::TIMEOUT, "replica a to lead", || async {
-        lease_holder(&scene).await.filter(|h| h.contains(&leads))
-    })
-    .await;
-    let standby = scene.operator("chaos-replica-b", None, &election);
-    standby.ready().await;
+    let (proxy, mut leader, standby) = proxied_leader_and_standby(&scene).await;
+    let leads = holder_mark(&leader);
     scene.create_my_apps(0, 10, 0).await;
     scene
         .converged(support::TIMEOUT, "the first convergence")
@@ -916,11 +914,7 @@ async fn a_slow_api_server_keeps_the_lease_at_1_and_3_s_and_takes_it_away_cleanl
     // Every answer to the leader comes late; a renewal (a read and a write) takes twice that.
     for (late, image) in [(1, "nginx:1.28"), (3, "nginx:1.29")] {
         proxy.set(Fault::Delay(Duration::from_secs(late)));
-        for i in 0..10 {
-            scene
-                .patch::<MyApp>(&format!("app-{i}"), json!({ "spec": { "image": image } }))
-                .await;
-        }
+        scene.set_images(0..10, image).await;
         let took = scene
             .converged(
                 CONVERGED,
@@ -938,14 +932,12 @@ async fn a_slow_api_server_keeps_the_lease_at_1_and_3_s_and_takes_it_away_cleanl
     }
 
     proxy.set(Fault::Delay(Duration::from_secs(6)));
-    let slowed = Instant::now();
-    let exited = exit(
+    let (exited, after) = exit(
         &mut leader,
         Duration::from_secs(40),
         "answers 6 s late: the leader (goal: steps down ≤ 20 s)",
     )
     .await;
-    let after = slowed.elapsed();
     println!("answers 6 s late: the leader exited ({exited}) after {after:?}");
     assert!(
         !exited.success() && after <= Duration::from_secs(20),
@@ -956,14 +948,7 @@ async fn a_slow_api_server_keeps_the_lease_at_1_and_3_s_and_takes_it_away_cleanl
         log.contains("could not renew within the renew deadline"),
         "the leader did not say why it stepped down:\n{log}"
     );
-    for i in 0..10 {
-        scene
-            .patch::<MyApp>(
-                &format!("app-{i}"),
-                json!({ "spec": { "image": "nginx:1.30" } }),
-            )
-            .await;
-    }
+    scene.set_images(0..10, "nginx:1.30").await;
     scene
         .converged(CONVERGED, "converged ≤ 60 s under the standby")
         .await;
