@@ -646,18 +646,15 @@ fn cargo_test(
 }
 
 /// The fault suite, one row at a time (two would share two cores and miss their deadlines; each
-/// row starts and stops a control plane of its own), then, unless `test_args` picked rows, the
+/// row starts and stops a control plane of its own; its harness overlaps only a row's idle
+/// quiet check with the next row), then, unless `test_args` picked rows, the
 /// spec fuzzer with more cases than `make test` runs (`FUZZ_CASES`, 2000 unless set).
 async fn chaos(test_args: &[String]) -> Result<ExitCode> {
     let tools = Tools::ensure(&tool_sources())?;
     let rows = cargo_test(
         &tools,
         &["--locked", "-p", "app-operator", "--test", "chaos", "--"],
-        &[
-            &["--test-threads=1".to_owned(), "--nocapture".to_owned()],
-            test_args,
-        ]
-        .concat(),
+        test_args,
         &[],
     )?;
     let fuzz = if test_args.is_empty() {

@@ -2,7 +2,9 @@
 //! one after another, each on a control plane of its own whose API server keeps an audit log.
 //! Besides its own goal every row checks what a user relies on after any fault: every MyApp
 //! Ready at its generation with exactly its children, every AppCluster with `size` Pods and
-//! never more, no panic, and no operator write for two minutes once converged.
+//! never more, no panic, and no operator write for two minutes once converged. That last check
+//! of a row runs while the next row does (see [`Aftermath`]), so this file is its own harness
+//! (`harness = false`): `cargo xtask chaos <part of a row's name>` runs the rows matching it.
 //!
 //! Too long for `make test` (its smoke subset is `faults.rs` and the restart tests in
 //! `process.rs`); `test = false` in Cargo.toml keeps it out of `cargo test`.
@@ -19,11 +21,12 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::ExitStatus;
+use std::process::{ExitCode, ExitStatus};
 use std::time::{Duration, Instant};
 
 use app_operator_api::{AppCluster, MyApp};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -59,6 +62,103 @@ fn quiet() -> Duration {
 }
 /// The user the operator acts as (impersonated), so the audit log tells its writes apart.
 const OPERATOR: &str = "chaos-operator";
+
+/// Runs the rows whose names contain one of the arguments (every row without any), one after
+/// another; each row's quiet check runs beside the next row. Flags (`--nocapture`, ...) are
+/// ignored: this is the whole harness.
+fn main() -> ExitCode {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    // Threads, not cores: a row's blocking calls (kubectl, waiting on a process) must not stall
+    // the checks beside it.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run(&filters))
+}
+
+/// A row of the suite: its name (what a filter matches) and how to run it.
+type Row = (&'static str, fn() -> BoxFuture<'static, Aftermath>);
+
+macro_rules! rows {
+    ($($row:ident),* $(,)?) => {
+        [$((stringify!($row), (|| Box::pin($row())) as fn() -> BoxFuture<'static, Aftermath>)),*]
+    };
+}
+
+async fn run(filters: &[String]) -> ExitCode {
+    let all: [Row; 12] = rows![
+        sigkill_at_a_random_moment_of_a_burst_then_restart,
+        changes_made_while_the_operator_was_down_are_reflected_after_it_starts,
+        a_standby_takes_over_within_20_s_of_a_leader_killed_mid_burst,
+        converged_within_60_s_after_connections_were_refused_then_reset,
+        a_deleted_crd_is_warned_about_and_its_reinstall_picked_up,
+        the_api_server_and_etcd_stopping_under_the_operator,
+        a_lease_with_a_skewed_renew_time_is_taken_after_its_duration_on_our_clock,
+        a_blackhole_during_a_burst_frees_every_worker_and_converges_within_90_s,
+        a_blackholed_leader_exits_within_12_s_and_never_writes_beside_its_successor,
+        a_slow_api_server_keeps_the_lease_at_1_and_3_s_and_takes_it_away_cleanly_at_6_s,
+        dead_watches_are_replaced_and_edits_applied_within_70_s,
+        throttled_by_priority_and_fairness_the_operator_still_converges,
+    ];
+    let rows: Vec<Row> = all
+        .into_iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    if rows.is_empty() {
+        println!("no row's name contains any of {filters:?}");
+        return ExitCode::FAILURE;
+    }
+    println!("running {} rows", rows.len());
+    let suite = Instant::now();
+    let mut checks = Vec::new();
+    let mut failed = Vec::new();
+    for (name, row) in rows {
+        println!("row {name} ...");
+        let started = Instant::now();
+        match tokio::spawn(row()).await {
+            Ok(aftermath) => {
+                println!(
+                    "row {name}: its goals met after {:.1?}; its quiet check runs beside the next row",
+                    started.elapsed()
+                );
+                let check = tokio::spawn(async move {
+                    aftermath.check().await;
+                    started.elapsed()
+                });
+                checks.push((name, check));
+            }
+            Err(_) => {
+                println!("row {name}: FAILED after {:.1?}", started.elapsed());
+                failed.push(name);
+            }
+        }
+    }
+    for (name, check) in checks {
+        match check.await {
+            Ok(took) => println!("row {name}: ok, {took:.1?} with its quiet check"),
+            Err(_) => {
+                println!("row {name}: FAILED its quiet check");
+                failed.push(name);
+            }
+        }
+    }
+    println!(
+        "the fault suite: {} failed, {:.1?}",
+        failed.len(),
+        suite.elapsed()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        println!("failed rows: {failed:?}");
+        ExitCode::FAILURE
+    }
+}
 
 /// One row's control plane, with the client the checks use.
 struct Scene {
@@ -354,19 +454,42 @@ impl Scene {
             })
             .collect()
     }
+}
 
-    /// The operator acting as `user`, converged, makes no write for [`quiet`].
-    async fn stays_quiet(&self, user: &str) {
+/// What a row leaves once its own goals are met: its control plane and operators, converged, to
+/// be watched for a write by `writer` for [`quiet`] and then checked for a panic. The suite runs
+/// this check beside the next row: an idle control plane and operator cost next to nothing, and
+/// two minutes of waiting per row would be half the suite.
+struct Aftermath {
+    scene: Scene,
+    writer: &'static str,
+    operators: Vec<OperatorProcess>,
+}
+
+impl Aftermath {
+    async fn check(self) {
         let since = Timestamp::now();
         let quiet = quiet();
         tokio::time::sleep(quiet).await;
-        let writes = self.writes_by(user, since);
-        assert!(
-            writes.is_empty(),
-            "the converged operator wrote {} times within {quiet:?} (goal: none): {:?}",
-            writes.len(),
-            &writes[..writes.len().min(10)]
-        );
+        // Reading the audit log and stopping the control plane (when `self` goes) block: on a
+        // thread of their own, not on a worker whose queued tasks the row beside would wait for
+        // (an 8 s stall made a lease look taken after 24.8 s when it was taken after 16.3 s).
+        let checked = tokio::task::spawn_blocking(move || {
+            let writes = self.scene.writes_by(self.writer, since);
+            assert!(
+                writes.is_empty(),
+                "the converged operator wrote {} times within {quiet:?} (goal: none): {:?}",
+                writes.len(),
+                &writes[..writes.len().min(10)]
+            );
+            for operator in &self.operators {
+                no_panic(operator);
+            }
+        })
+        .await;
+        if let Err(failed) = checked {
+            std::panic::resume_unwind(failed.into_panic());
+        }
     }
 }
 
@@ -420,10 +543,11 @@ fn seeds() -> Vec<u64> {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_at_a_random_moment_of_a_burst_then_restart() {
-    let seeds = seeds();
-    for (round, &seed) in seeds.iter().enumerate() {
+async fn sigkill_at_a_random_moment_of_a_burst_then_restart() -> Aftermath {
+    let mut aftermath = None;
+    for seed in seeds() {
+        // The previous seed's control plane goes before the next one starts.
+        drop(aftermath.take());
         let scene = Scene::new(&format!("sigkill-{seed}")).await;
         let moment = delay_for(seed, Duration::from_secs(20));
         println!("seed {seed}: SIGKILL {moment:?} into the burst");
@@ -456,16 +580,18 @@ async fn sigkill_at_a_random_moment_of_a_burst_then_restart() {
             "seed {seed}: {} Pods at once for size 200 (goal: never more than size)",
             pods.most()
         );
-        // The quiet check once, after the last seed: two minutes per seed would double the row.
-        if round + 1 == seeds.len() {
-            scene.stays_quiet(OPERATOR).await;
-        }
         no_panic(&restarted);
+        // The quiet check once, after the last seed: two minutes per seed would double the row.
+        aftermath = Some(Aftermath {
+            scene,
+            writer: OPERATOR,
+            operators: vec![restarted],
+        });
     }
+    aftermath.expect("at least one seed")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changes_made_while_the_operator_was_down_are_reflected_after_it_starts() {
+async fn changes_made_while_the_operator_was_down_are_reflected_after_it_starts() -> Aftermath {
     let scene = Scene::new("while-down").await;
     let mut operator = scene.operator(OPERATOR, None, &[]);
     scene.create_my_apps(0, 60, 10).await;
@@ -509,12 +635,14 @@ async fn changes_made_while_the_operator_was_down_are_reflected_after_it_starts(
         .converged(CONVERGED, "all changes reflected ≤ 60 s after the restart")
         .await;
     println!("changes made while down: converged {took:?} after the restart");
-    scene.stays_quiet(OPERATOR).await;
-    no_panic(&restarted);
+    Aftermath {
+        scene,
+        writer: OPERATOR,
+        operators: vec![restarted],
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_takes_over_within_20_s_of_a_leader_killed_mid_burst() {
+async fn a_standby_takes_over_within_20_s_of_a_leader_killed_mid_burst() -> Aftermath {
     let scene = Scene::new("leader-kill").await;
     let election = ["--leader-elect", "--leader-election-namespace=default"];
     let mut leader = scene.operator("chaos-replica-a", None, &election);
@@ -566,12 +694,14 @@ async fn a_standby_takes_over_within_20_s_of_a_leader_killed_mid_burst() {
         overlap.is_empty(),
         "two writers: the old leader wrote after the standby's first write: {overlap:?}"
     );
-    scene.stays_quiet("chaos-replica-b").await;
-    no_panic(&standby);
+    Aftermath {
+        scene,
+        writer: "chaos-replica-b",
+        operators: vec![standby],
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn converged_within_60_s_after_connections_were_refused_then_reset() {
+async fn converged_within_60_s_after_connections_were_refused_then_reset() -> Aftermath {
     let scene = Scene::new("refuse-reset").await;
     let (proxy, proxied) = through_proxy(&scene, OPERATOR).await;
     let mut operator = scene.operator(OPERATOR, Some(&proxied), &[]);
@@ -591,12 +721,14 @@ async fn converged_within_60_s_after_connections_were_refused_then_reset() {
         .await;
     println!("refused then reset for 30 s each: converged {took:?} after heal");
     assert!(operator.exited().is_none(), "the operator stays up");
-    scene.stays_quiet(OPERATOR).await;
-    no_panic(&operator);
+    Aftermath {
+        scene,
+        writer: OPERATOR,
+        operators: vec![operator],
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deleted_crd_is_warned_about_and_its_reinstall_picked_up() {
+async fn a_deleted_crd_is_warned_about_and_its_reinstall_picked_up() -> Aftermath {
     let scene = Scene::new("crd").await;
     let operator = scene.operator(OPERATOR, None, &[]);
     scene.create_my_apps(0, 5, 0).await;
@@ -640,12 +772,14 @@ async fn a_deleted_crd_is_warned_about_and_its_reinstall_picked_up() {
         )
         .await;
     println!("CRD reinstalled: converged {took:?} after Established");
-    scene.stays_quiet(OPERATOR).await;
-    no_panic(&operator);
+    Aftermath {
+        scene,
+        writer: OPERATOR,
+        operators: vec![operator],
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_server_and_etcd_stopping_under_the_operator() {
+async fn the_api_server_and_etcd_stopping_under_the_operator() -> Aftermath {
     let scene = Scene::new("control-plane").await;
     let mut operator = scene.operator(OPERATOR, None, &[]);
     scene.create_my_apps(0, 20, 0).await;
@@ -699,8 +833,11 @@ async fn the_api_server_and_etcd_stopping_under_the_operator() {
             back.elapsed()
         );
     }
-    scene.stays_quiet(OPERATOR).await;
-    no_panic(&operator);
+    Aftermath {
+        scene,
+        writer: OPERATOR,
+        operators: vec![operator],
+    }
 }
 
 /// Replica a (the first leader) wrote nothing after replica b's first write (leases aside).
@@ -733,8 +870,7 @@ async fn lease_holder(scene: &Scene) -> Option<String> {
     lease.spec?.holder_identity
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_with_a_skewed_renew_time_is_taken_after_its_duration_on_our_clock() {
+async fn a_lease_with_a_skewed_renew_time_is_taken_after_its_duration_on_our_clock() -> Aftermath {
     let scene = Scene::new("lease-skew").await;
     let election = ["--leader-elect", "--leader-election-namespace=default"];
     let mut leader = None;
@@ -785,9 +921,10 @@ async fn a_lease_with_a_skewed_renew_time_is_taken_after_its_duration_on_our_clo
     scene
         .converged(CONVERGED, "the new leader reconciles")
         .await;
-    scene.stays_quiet(OPERATOR).await;
-    if let Some(leader) = &leader {
-        no_panic(leader);
+    Aftermath {
+        scene,
+        writer: OPERATOR,
+        operators: leader.into_iter().collect(),
     }
 }
 
@@ -832,8 +969,7 @@ async fn through_proxy(scene: &Scene, user: &str) -> (FaultProxy, std::path::Pat
     (proxy, proxied)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blackhole_during_a_burst_frees_every_worker_and_converges_within_90_s() {
+async fn a_blackhole_during_a_burst_frees_every_worker_and_converges_within_90_s() -> Aftermath {
     let scene = Scene::new("burst-blackhole").await;
     let (proxy, proxied) = through_proxy(&scene, OPERATOR).await;
     let operator = scene.operator(OPERATOR, Some(&proxied), &[]);
@@ -864,12 +1000,15 @@ async fn a_blackhole_during_a_burst_frees_every_worker_and_converges_within_90_s
         || async { (operator.metric(active).await? == 0.0).then_some(()) },
     )
     .await;
-    scene.stays_quiet(OPERATOR).await;
-    no_panic(&operator);
+    Aftermath {
+        scene,
+        writer: OPERATOR,
+        operators: vec![operator],
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blackholed_leader_exits_within_12_s_and_never_writes_beside_its_successor() {
+async fn a_blackholed_leader_exits_within_12_s_and_never_writes_beside_its_successor() -> Aftermath
+{
     let scene = Scene::new("leader-blackhole").await;
     let (leader_proxy, mut leader, standby) = proxied_leader_and_standby(&scene).await;
 
@@ -897,12 +1036,15 @@ async fn a_blackholed_leader_exits_within_12_s_and_never_writes_beside_its_succe
         .converged(CONVERGED, "converged ≤ 60 s after the cut")
         .await;
     assert_one_writer_at_a_time(&scene);
-    scene.stays_quiet("chaos-replica-b").await;
-    no_panic(&standby);
+    Aftermath {
+        scene,
+        writer: "chaos-replica-b",
+        operators: vec![standby],
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_api_server_keeps_the_lease_at_1_and_3_s_and_takes_it_away_cleanly_at_6_s() {
+async fn a_slow_api_server_keeps_the_lease_at_1_and_3_s_and_takes_it_away_cleanly_at_6_s()
+-> Aftermath {
     let scene = Scene::new("delay").await;
     let (proxy, mut leader, standby) = proxied_leader_and_standby(&scene).await;
     let leads = holder_mark(&leader);
@@ -953,13 +1095,14 @@ async fn a_slow_api_server_keeps_the_lease_at_1_and_3_s_and_takes_it_away_cleanl
         .converged(CONVERGED, "converged ≤ 60 s under the standby")
         .await;
     assert_one_writer_at_a_time(&scene);
-    scene.stays_quiet("chaos-replica-b").await;
-    no_panic(&standby);
-    no_panic(&leader);
+    Aftermath {
+        scene,
+        writer: "chaos-replica-b",
+        operators: vec![standby, leader],
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_watches_are_replaced_and_edits_applied_within_70_s() {
+async fn dead_watches_are_replaced_and_edits_applied_within_70_s() -> Aftermath {
     let scene = Scene::new("dead-watches").await;
     let (proxy, proxied) = through_proxy(&scene, OPERATOR).await;
     let operator = scene.operator(OPERATOR, Some(&proxied), &[]);
@@ -991,8 +1134,11 @@ async fn dead_watches_are_replaced_and_edits_applied_within_70_s() {
         pods.most()
     );
     proxy.set(Fault::Pass);
-    scene.stays_quiet(OPERATOR).await;
-    no_panic(&operator);
+    Aftermath {
+        scene,
+        writer: OPERATOR,
+        operators: vec![operator],
+    }
 }
 
 /// Creates MyApps `first..first + 300` and returns how long until everything converged.
@@ -1005,8 +1151,7 @@ async fn burst_of_300(scene: &Scene, first: usize, goal: &str, within: Duration)
     started.elapsed()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn throttled_by_priority_and_fairness_the_operator_still_converges() {
+async fn throttled_by_priority_and_fairness_the_operator_still_converges() -> Aftermath {
     let scene = Scene::new("apf").await;
     let mut operator = scene.operator(OPERATOR, None, &[]);
     operator.ready().await;
@@ -1059,6 +1204,9 @@ async fn throttled_by_priority_and_fairness_the_operator_still_converges() {
         "no 429 in rest_client_requests_total: the throttle did not bite"
     );
     assert!(operator.exited().is_none(), "the operator stays up");
-    scene.stays_quiet(OPERATOR).await;
-    no_panic(&operator);
+    Aftermath {
+        scene,
+        writer: OPERATOR,
+        operators: vec![operator],
+    }
 }
