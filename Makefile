@@ -57,7 +57,7 @@ bench-compare: preflight ## make bench, then the same MyApp rounds for a control
 	cd hack/bench-operator && go build -mod=readonly -o ../../target/bench-operator/bench-operator .
 	$(CARGO) run --release --quiet --locked -p xtask -- bench --compare "$(BENCH_COMPARE)" --compare-rbac hack/bench-operator/role.yaml $(BENCH_ARGS)
 
-chaos: preflight ## The fault suite: every row of docs/architecture.md's fault table, serially (~50 min)
+chaos: preflight ## The fault suite: every row of docs/architecture.md's fault table, serially (~25 min warm)
 	$(CARGO) xtask chaos $(CHAOS_ARGS)
 
 cluster-up: ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)
