@@ -80,11 +80,12 @@ fn main() -> ExitCode {
 }
 
 /// A row of the suite: its name (what a filter matches) and how to run it.
-type Row = (&'static str, fn() -> BoxFuture<'static, Aftermath>);
+type Row = (&'static str, RowFn);
+type RowFn = fn() -> BoxFuture<'static, Aftermath>;
 
 macro_rules! rows {
     ($($row:ident),* $(,)?) => {
-        [$((stringify!($row), (|| Box::pin($row())) as fn() -> BoxFuture<'static, Aftermath>)),*]
+        [$((stringify!($row), (|| Box::pin($row())) as RowFn)),*]
     };
 }
 
