@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use crate::error::Error;
 
 /// Bumped when the way binaries are built changes, so caches built the old way are not reused.
-const RECIPE: &str = "2";
+const RECIPE: &str = "3";
 
 /// One upstream command: the Go module directory (under `hack/k8s-tools/`) that pins it, and its package.
 struct Binary {
@@ -38,11 +38,22 @@ const BINARIES: &[Binary] = &[
         module: "etcd",
         package: "go.etcd.io/etcd/etcdutl/v3",
     },
-    // The release before the pinned one, for the EtcdCluster upgrade test (3.5 → 3.6).
+    // The release before the pinned one, for the EtcdCluster upgrade test (3.5 → 3.6), with the
+    // client tools its image ships.
     Binary {
         name: "etcd-3.5",
         module: "etcd-3.5",
         package: "go.etcd.io/etcd/server/v3",
+    },
+    Binary {
+        name: "etcdctl-3.5",
+        module: "etcd-3.5",
+        package: "go.etcd.io/etcd/etcdctl/v3",
+    },
+    Binary {
+        name: "etcdutl-3.5",
+        module: "etcd-3.5",
+        package: "go.etcd.io/etcd/etcdutl/v3",
     },
     Binary {
         name: "kube-apiserver",
@@ -63,6 +74,34 @@ const BINARIES: &[Binary] = &[
         name: "kubectl",
         module: "kubernetes",
         package: "k8s.io/kubernetes/cmd/kubectl",
+    },
+    // The real node: the kubelet and kube-proxy of the same release, and its cluster DNS.
+    Binary {
+        name: "kubelet",
+        module: "kubernetes",
+        package: "k8s.io/kubernetes/cmd/kubelet",
+    },
+    Binary {
+        name: "kube-proxy",
+        module: "kubernetes",
+        package: "k8s.io/kubernetes/cmd/kube-proxy",
+    },
+    // Removes the real node's Pods through the CRI at cluster-down.
+    Binary {
+        name: "crictl",
+        module: "cri-tools",
+        package: "sigs.k8s.io/cri-tools/cmd/crictl",
+    },
+    Binary {
+        name: "coredns",
+        module: "coredns",
+        package: "github.com/coredns/coredns",
+    },
+    // The real node's default StorageClass, as kind has it.
+    Binary {
+        name: "local-path-provisioner",
+        module: "local-path-provisioner",
+        package: "github.com/rancher/local-path-provisioner",
     },
     Binary {
         name: "kwok",
@@ -116,6 +155,8 @@ const LEAVE_ETCD_PODS_RUNNING: &str = r#"    - key: '[(.spec.containers // [])[]
 #[derive(Debug, Clone)]
 pub struct Tools {
     pub dir: PathBuf,
+    /// The Go modules that pin them (`hack/k8s-tools`); the real node's images read them too.
+    pub sources: PathBuf,
 }
 
 impl Tools {
@@ -147,7 +188,10 @@ impl Tools {
             Self::kubernetes_version(sources)?,
             fingerprint(sources)?
         ));
-        let tools = Tools { dir };
+        let tools = Tools {
+            dir,
+            sources: sources.to_owned(),
+        };
         if !tools.dir.join("complete").exists() {
             build(sources, &tools.dir)?;
         }
@@ -170,7 +214,7 @@ pub fn cache_root() -> PathBuf {
     home.join(".cache/app-operator")
 }
 
-fn module_version(go_mod: &Path, module: &str) -> Result<String, Error> {
+pub(crate) fn module_version(go_mod: &Path, module: &str) -> Result<String, Error> {
     let text = fs::read_to_string(go_mod).map_err(Error::io("reading", go_mod))?;
     text.lines()
         .map(|line| line.trim().trim_start_matches("require").trim())
@@ -313,7 +357,7 @@ fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
 }
 
 /// A build's duration the way people say it: `3m12s`, `45s`.
-fn elapsed(duration: Duration) -> String {
+pub(crate) fn elapsed(duration: Duration) -> String {
     let seconds = duration.as_secs();
     let (minutes, seconds) = (seconds / 60, seconds % 60);
     if minutes == 0 {
@@ -393,6 +437,18 @@ fn prometheus_ldflags(module_version: &str) -> String {
     format!("-s -w -X github.com/prometheus/common/version.Version={release}")
 }
 
+/// Where the Go module `path` that the tools module `module` pins is in the module cache.
+pub(crate) fn module_dir(module: &Path, path: &str) -> Result<PathBuf, Error> {
+    let mut dir = go(module, &["list", "-m", "-f", "{{.Dir}}", path])?;
+    if dir.trim().is_empty() {
+        // `go list -m` names only modules in the module cache; the tools build put it there,
+        // unless the cache was cleaned since.
+        go(module, &["mod", "download", path])?;
+        dir = go(module, &["list", "-m", "-f", "{{.Dir}}", path])?;
+    }
+    Ok(PathBuf::from(dir.trim()))
+}
+
 /// The Go command, found on PATH.
 const GO: &str = "go";
 
@@ -408,6 +464,8 @@ fn run_go(program: &str, dir: &Path, args: &[&str]) -> Result<String, Error> {
         .current_dir(dir)
         .env("GOTOOLCHAIN", "local")
         .env("GOFLAGS", "-mod=readonly")
+        // Static binaries: etcd, its tools and CoreDNS go into images with no libc.
+        .env("CGO_ENABLED", "0")
         .output()
         .map_err(|source| Error::Spawn {
             command: command.clone(),
