@@ -70,9 +70,14 @@ fn make_image_writes_a_valid_oci_archive_of_the_static_binary() {
         manifests[0]["mediaType"],
         "application/vnd.oci.image.manifest.v1+json"
     );
+    // Named as containerd exports images: the full name, and the tag alone as the OCI ref name.
+    assert_eq!(
+        manifests[0]["annotations"]["io.containerd.image.name"],
+        "docker.io/library/app-operator:latest"
+    );
     assert_eq!(
         manifests[0]["annotations"]["org.opencontainers.image.ref.name"],
-        "app-operator:latest"
+        "latest"
     );
     let manifest: serde_json::Value = serde_json::from_slice(blob(&files, &manifests[0])).unwrap();
     assert_eq!(manifest["schemaVersion"], 2);

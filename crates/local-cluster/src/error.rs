@@ -62,6 +62,18 @@ pub enum Error {
 
     #[error("{0}")]
     Invalid(String),
+
+    #[error("building the image {what}: {source}")]
+    OciSpec {
+        what: &'static str,
+        source: oci_spec::OciSpecError,
+    },
+
+    #[error("encoding the image {what}: {source}")]
+    Json {
+        what: &'static str,
+        source: serde_json::Error,
+    },
 }
 
 impl Error {
