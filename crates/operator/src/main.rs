@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use app_operator::controllers::etcdcluster::address::Addressing;
+use app_operator::etcd::{MemberDns, MemberResolver};
 use app_operator::manager::leader::LeaderElection;
 use app_operator::manager::{self, ControllerKind, Options, Timeouts};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -61,6 +62,18 @@ struct RunArgs {
     /// member runner).
     #[arg(long, env = "APP_OPERATOR_ETCD_MEMBER_ADDRESSING", value_enum, default_value_t = Addressing::ClusterDns)]
     etcd_member_addressing: Addressing,
+    /// Resolve etcd members' names with this DNS server (the cluster's, e.g. 10.96.0.10) instead
+    /// of the host's resolver: for an operator run outside the cluster (`make run`), which must
+    /// still reach members by their cluster-DNS names. In the cluster leave it unset.
+    #[arg(long, env = "APP_OPERATOR_ETCD_DNS_SERVER")]
+    etcd_dns_server: Option<std::net::IpAddr>,
+    /// The cluster domain `--etcd-dns-server` appends to member names, as a Pod's resolv.conf does.
+    #[arg(
+        long,
+        env = "APP_OPERATOR_CLUSTER_DOMAIN",
+        default_value = "cluster.local"
+    )]
+    cluster_domain: String,
     /// How many objects of one kind may be reconciled at once.
     #[arg(long, env = "APP_OPERATOR_MAX_CONCURRENT_RECONCILES", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
     max_concurrent_reconciles: u16,
@@ -216,6 +229,13 @@ fn init_logging(format: LogFormat, level: &str) {
 }
 
 async fn run(args: RunArgs) -> Result<(), String> {
+    let etcd_dns = MemberResolver::new(&match args.etcd_dns_server {
+        Some(server) => MemberDns::Cluster {
+            server,
+            domain: args.cluster_domain.clone(),
+        },
+        None => MemberDns::System,
+    })?;
     let options = Options {
         namespace: Some(args.watch_namespace).filter(|n| !n.is_empty()),
         controllers: args.controllers,
@@ -236,6 +256,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
             }
         }),
         etcd_addressing: args.etcd_member_addressing,
+        etcd_dns,
         etcd_crash_after_member_add: None,
         timeouts: Timeouts {
             request: args.request_timeout,

@@ -18,6 +18,7 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
 use serde_json::json;
 
+use super::resolve::MemberResolver;
 use super::{AddedMember, EtcdApi, EtcdError, Member, Status};
 
 const MEMBER_LIST: &str = "/v3/cluster/member/list";
@@ -55,7 +56,7 @@ impl Default for GatewaySettings {
 /// The etcd client over the JSON gateway (plain HTTP only). Cheap to clone; connections are pooled.
 #[derive(Clone, Debug)]
 pub struct EtcdGateway {
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<HttpConnector<MemberResolver>, Full<Bytes>>,
     settings: GatewaySettings,
 }
 
@@ -68,7 +69,12 @@ enum Call {
 
 impl EtcdGateway {
     pub fn new(settings: GatewaySettings) -> EtcdGateway {
-        let mut connector = HttpConnector::new();
+        Self::with_resolver(settings, MemberResolver::default())
+    }
+
+    /// A client that resolves member names with `resolver` (the cluster's DNS, from outside it).
+    pub fn with_resolver(settings: GatewaySettings, resolver: MemberResolver) -> EtcdGateway {
+        let mut connector = HttpConnector::new_with_resolver(resolver);
         connector.set_connect_timeout(Some(settings.connect_timeout));
         connector.set_nodelay(true);
         let http = Client::builder(TokioExecutor::new())

@@ -6,11 +6,13 @@
 //! [`EtcdError`]s: a variant for each refusal a controller can act on, in etcd's own words.
 
 mod gateway;
+mod resolve;
 
 use futures::future::{BoxFuture, join_all};
 use strum::IntoStaticStr;
 
 pub use gateway::{EtcdGateway, GatewaySettings};
+pub use resolve::{MemberDns, MemberResolver};
 
 /// One member of the cluster, as the member list shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::controllers;
 use crate::controllers::etcdcluster::EtcdSettings;
 use crate::controllers::etcdcluster::address::Addressing;
-use crate::etcd::{EtcdGateway, GatewaySettings};
+use crate::etcd::{EtcdGateway, GatewaySettings, MemberResolver};
 use crate::reconcile::runner::Settings;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::readiness::Readiness;
@@ -66,6 +66,8 @@ pub struct Options {
     pub leader_election: Option<leader::LeaderElection>,
     /// How the EtcdCluster and EtcdBackup controllers reach etcd members.
     pub etcd_addressing: Addressing,
+    /// How they resolve the members' names.
+    pub etcd_dns: MemberResolver,
     /// Test hook: the EtcdCluster controller cancels this right after adding a member and stops
     /// before creating its Pod, as if the process had died between the two.
     pub etcd_crash_after_member_add: Option<CancellationToken>,
@@ -208,7 +210,10 @@ pub fn start_controllers(
             ControllerKind::Etcdcluster => {
                 let etcd = EtcdSettings {
                     addressing: options.etcd_addressing,
-                    client: Arc::new(EtcdGateway::new(GatewaySettings::default())),
+                    client: Arc::new(EtcdGateway::with_resolver(
+                        GatewaySettings::default(),
+                        options.etcd_dns.clone(),
+                    )),
                     crash_after_member_add: options.etcd_crash_after_member_add.clone(),
                 };
                 running.spawn(
@@ -221,7 +226,10 @@ pub fn start_controllers(
                 controllers::etcdbackup::run(
                     settings,
                     options.etcd_addressing,
-                    Arc::new(EtcdGateway::new(GatewaySettings::default())),
+                    Arc::new(EtcdGateway::with_resolver(
+                        GatewaySettings::default(),
+                        options.etcd_dns.clone(),
+                    )),
                     stop,
                 ),
             ),

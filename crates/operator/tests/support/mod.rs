@@ -101,6 +101,7 @@ async fn start_on(
         metrics_cert_dir: None,
         leader_election: None,
         etcd_addressing: Addressing::Loopback,
+        etcd_dns: app_operator::etcd::MemberResolver::default(),
         etcd_crash_after_member_add: crash,
         timeouts: Timeouts::default(),
     };

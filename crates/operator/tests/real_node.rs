@@ -1,0 +1,316 @@
+//! The samples on the real node, with the operator deployed as users deploy it (`make image`,
+//! `make load`, `make deploy`: 2 replicas, leader election, its own ServiceAccount): containers
+//! run, Services answer, etcd members find each other by their cluster-DNS names.
+//!
+//! `cargo xtask test` starts a cluster with a real node, deploys the operator and runs this file
+//! against it (`test = false` in Cargo.toml: `cargo test --workspace` has no real node to give it).
+
+// Test code: a failed expectation is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use testkit::{TestNamespace, eventually, kubectl, kubectl_ok};
+
+/// Images are pulled and containers really start: longer than on kwok.
+const TIMEOUT: Duration = Duration::from_secs(180);
+const OPERATOR_NAMESPACE: &str = "app-operator-system";
+const TOOLBOX: &str = "docker.io/app-operator/toolbox:1";
+
+fn sample(file: &str) -> String {
+    format!("{}/../../config/samples/{file}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn running_and_ready(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// `selector`'s Pods once there are `count`, all Running and Ready.
+async fn ready_pods(ns: &TestNamespace, selector: &str, count: usize) -> Vec<Pod> {
+    let pods = ns.api::<Pod>();
+    eventually(
+        TIMEOUT,
+        &format!("{count} Running and Ready Pods labelled {selector}"),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(selector))
+                .await
+                .ok()?;
+            (list.items.len() == count && list.items.iter().all(running_and_ready))
+                .then_some(list.items)
+        },
+    )
+    .await
+}
+
+/// An HTTP GET from this machine (Pod addresses are routed here): the body of a 200.
+async fn get(url: &str) -> Option<String> {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "5", url])
+        .output()
+        .await
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A Pod of the test image in `ns`, Ready, to look at the cluster from inside.
+async fn toolbox(ns: &TestNamespace) -> String {
+    kubectl_ok(&[
+        "run",
+        "toolbox",
+        "-n",
+        &ns.name,
+        &format!("--image={TOOLBOX}"),
+        "--restart=Never",
+        "--command",
+        "--",
+        "sleep",
+        "infinity",
+    ]);
+    ready_pods(ns, "run=toolbox", 1).await;
+    "toolbox".to_owned()
+}
+
+fn exec(ns: &TestNamespace, pod: &str, command: &[&str]) -> std::process::Output {
+    kubectl(&[&["exec", "-n", &ns.name, pod, "--"][..], command].concat())
+}
+
+/// Seed 000's walkthrough: two nginx Pods that really serve, counted Ready only when they are,
+/// and a deleted one replaced by another that serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_appcluster_walkthrough_serves_nginx() {
+    let ns = TestNamespace::new("real-appcluster").await;
+    kubectl_ok(&[
+        "apply",
+        "-n",
+        &ns.name,
+        "-f",
+        &sample("demo_v1_appcluster.yaml"),
+    ]);
+    let pods = ready_pods(&ns, "app=appcluster-sample", 2).await;
+    for pod in &pods {
+        let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+        let page = get(&format!("http://{ip}/")).await.unwrap_or_default();
+        assert!(
+            page.contains("Welcome to nginx"),
+            "{} answered {page:?}",
+            pod.name_any()
+        );
+    }
+    let ready = kubectl_ok(&[
+        "get",
+        "appcluster",
+        "appcluster-sample",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.status.ready}",
+    ]);
+    assert_eq!(ready, "2");
+
+    let deleted = pods[0].name_any();
+    ns.api::<Pod>()
+        .delete(&deleted, &DeleteParams::default())
+        .await
+        .unwrap();
+    let replaced = eventually(TIMEOUT, "a replacement Pod that is Ready", || async {
+        let list = ns
+            .api::<Pod>()
+            .list(&ListParams::default().labels("app=appcluster-sample"))
+            .await
+            .ok()?;
+        let fresh: Vec<Pod> = list
+            .items
+            .into_iter()
+            .filter(|p| p.name_any() != deleted && p.name_any() != pods[1].name_any())
+            .filter(running_and_ready)
+            .collect();
+        fresh.into_iter().next()
+    })
+    .await;
+    let ip = replaced.status.and_then(|s| s.pod_ip).unwrap();
+    let page = get(&format!("http://{ip}/")).await.unwrap_or_default();
+    assert!(
+        page.contains("Welcome to nginx"),
+        "the replacement answered {page:?}"
+    );
+}
+
+/// The MyApp sample: its Service answers with nginx through cluster DNS from another Pod, and
+/// through the API server's service proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_myapp_sample_serves_through_its_service() {
+    let ns = TestNamespace::new("real-myapp").await;
+    kubectl_ok(&[
+        "apply",
+        "-n",
+        &ns.name,
+        "-f",
+        &sample("example_v1_myapp.yaml"),
+    ]);
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "myapp/myapp-sample",
+        "-n",
+        &ns.name,
+        "--timeout=180s",
+    ]);
+    let toolbox = toolbox(&ns).await;
+    let url = format!("http://myapp-sample.{}.svc.cluster.local/", ns.name);
+    let page = eventually(
+        TIMEOUT,
+        "the Service to answer through cluster DNS",
+        || async {
+            let out = exec(
+                &ns,
+                &toolbox,
+                &["curl", "-sS", "--fail", "--max-time", "5", &url],
+            );
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        },
+    )
+    .await;
+    assert!(page.contains("Welcome to nginx"), "{page}");
+    let proxied = kubectl_ok(&[
+        "get",
+        "--raw",
+        &format!(
+            "/api/v1/namespaces/{}/services/myapp-sample:80/proxy/",
+            ns.name
+        ),
+    ]);
+    assert!(proxied.contains("Welcome to nginx"), "{proxied}");
+}
+
+/// Seed 004 as written (its version one that runs here): one real etcd container, then two,
+/// whose member list (asked inside a member's Pod) has two started members whose peer URLs are
+/// their cluster-DNS names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_004_etcd_members_find_each_other_by_cluster_dns() {
+    let ns = TestNamespace::new("real-etcd").await;
+    kubectl_ok(&[
+        "apply",
+        "-n",
+        &ns.name,
+        "-f",
+        &sample("etcd_v1beta2_etcdcluster.yaml"),
+    ]);
+    let selector = "app=etcd,etcd_cluster=example-etcd-cluster";
+    ready_pods(&ns, selector, 1).await;
+    kubectl_ok(&[
+        "patch",
+        "etcd",
+        "example-etcd-cluster",
+        "-n",
+        &ns.name,
+        "--type=merge",
+        "-p",
+        &json!({ "spec": { "size": 2 } }).to_string(),
+    ]);
+    let pods = ready_pods(&ns, selector, 2).await;
+    let member = pods[0].name_any();
+    let list = eventually(
+        TIMEOUT,
+        "two started members in the member list",
+        || async {
+            let out = exec(&ns, &member, &["etcdctl", "member", "list", "-w", "json"]);
+            let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+            let members = list["members"].as_array()?.clone();
+            (members.len() == 2
+                && members
+                    .iter()
+                    .all(|m| m["name"].as_str().is_some_and(|n| !n.is_empty())))
+            .then_some(members)
+        },
+    )
+    .await;
+    for member in &list {
+        let peer = member["peerURLs"][0].as_str().unwrap_or_default();
+        let name = member["name"].as_str().unwrap_or_default();
+        assert_eq!(
+            peer,
+            format!("http://{name}.example-etcd-cluster.{}.svc:2380", ns.name),
+            "{member}"
+        );
+    }
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "etcd/example-etcd-cluster",
+        "-n",
+        &ns.name,
+        "--timeout=180s",
+    ]);
+}
+
+/// The operator as `make deploy` runs it: both replicas Ready, one holds the lease, and when
+/// its Pod is deleted the other takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployed_operator_hands_over_when_its_leader_is_deleted() {
+    let client = testkit::client().await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    eventually(TIMEOUT, "the operator's 2 replicas Ready", || async {
+        let ready = deployments
+            .get("app-operator-controller-manager")
+            .await
+            .ok()?
+            .status?
+            .ready_replicas?;
+        (ready == 2).then_some(())
+    })
+    .await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let holder = || async {
+        leases
+            .get("app-operator.example.com")
+            .await
+            .ok()?
+            .spec?
+            .holder_identity
+    };
+    let leader = eventually(TIMEOUT, "a leader", holder).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let leader_pod = pods
+        .list(&ListParams::default().labels("control-plane=controller-manager"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|pod| leader.starts_with(&format!("{}_", pod.name_any())))
+        .unwrap_or_else(|| panic!("no operator Pod is the leader {leader}"));
+    let deleted_at = Instant::now();
+    pods.delete(&leader_pod.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    let next = eventually(TIMEOUT, "another replica to lead", || async {
+        holder()
+            .await
+            .filter(|h| !h.starts_with(&format!("{}_", leader_pod.name_any())))
+    })
+    .await;
+    println!(
+        "the leader's Pod {} deleted; {next} led {:.1}s later",
+        leader_pod.name_any(),
+        deleted_at.elapsed().as_secs_f64()
+    );
+}
