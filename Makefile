@@ -22,8 +22,8 @@ test: preflight ## The whole suite on a local control plane (started and stopped
 lint: ## cargo fmt --check and clippy -D warnings
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
-	@# --all-targets leaves out `test = false` targets: the fault suite.
-	$(CARGO) clippy -p app-operator --test chaos --locked -- -D warnings
+	@# --all-targets leaves out `test = false` targets: the fault suite and the real-node suites.
+	$(CARGO) clippy -p app-operator --test chaos --test real_node -p local-cluster --test real_node --locked -- -D warnings
 
 manifests: ## Regenerate config/crd from the Rust types
 	$(CARGO) xtask manifests
@@ -43,8 +43,11 @@ undeploy: ## Remove the deployed operator (and its CRDs) from that cluster
 build-installer: ## Write dist/install.yaml (CRDs, RBAC, Deployment with image IMG) for kubectl apply -f
 	$(CARGO) xtask build-installer
 
-image: ## Static binary in a one-layer OCI image archive (target/app-operator-image.tar), no Docker needed
+image: ## Static binary in a one-layer OCI image archive (target/app-operator-image.tar) named IMG, no Docker needed
 	$(CARGO) xtask image
+
+load: ## Push that image archive into the local cluster's registry (its real node pulls from it), as `kind load`
+	$(CARGO) xtask load
 
 bench: preflight ## Convergence and cost vs the plain-client floor, on its own control plane (target/bench/)
 	@# The bench client is optimized too: built for debugging it took more CPU than the operator.
@@ -60,8 +63,11 @@ bench-compare: preflight ## make bench, then the same MyApp rounds for a control
 chaos: preflight ## The fault suite: every row of docs/architecture.md's fault table, serially (~25 min warm)
 	$(CARGO) xtask chaos $(CHAOS_ARGS)
 
-cluster-up: ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)
-	$(CARGO) xtask cluster-up
+# NODE=kwok: simulated nodes (Pods reported Running, nothing runs; cheap); NODE=real: a kubelet
+# node with containerd, CNI, kube-proxy and CoreDNS, whose Pods run.
+NODE ?= kwok
+cluster-up: ## Start the local control plane (etcd, apiserver, controller-manager, scheduler) and a node (NODE=kwok|real)
+	$(CARGO) xtask cluster-up --node $(NODE)
 
 cluster-down: ## Stop every process of the local control plane and remove its state
 	$(CARGO) xtask cluster-down
@@ -69,4 +75,4 @@ cluster-down: ## Stop every process of the local control plane and remove its st
 tools: ## Build (or find cached) the pinned upstream binaries
 	$(CARGO) xtask tools
 
-.PHONY: help preflight run test chaos lint manifests install uninstall deploy undeploy build-installer image bench bench-compare cluster-up cluster-down tools
+.PHONY: help preflight run test chaos lint manifests install uninstall deploy undeploy build-installer image load bench bench-compare cluster-up cluster-down tools

@@ -23,9 +23,14 @@ struct Cli {
 enum Task {
     /// Build (or find in the cache) the pinned upstream binaries; prints their directory.
     Tools,
-    /// Start the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok).
+    /// Start the local control plane (etcd, kube-apiserver, controller-manager, scheduler) with
+    /// a simulated (kwok) node or a real one (kubelet, containerd, kube-proxy, CoreDNS).
     ClusterUp {
-        /// How many fake (kwok) Nodes to register.
+        /// `kwok`: simulated nodes, Pods reported Running and nothing runs (cheap: the bench and
+        /// scale tests); `real`: one kubelet node whose Pods run.
+        #[arg(long, value_enum, default_value_t = NodeKind::Kwok)]
+        node: NodeKind,
+        /// How many kwok Nodes to register (`--node kwok`).
         #[arg(long, default_value_t = 1)]
         nodes: u32,
     },
@@ -65,6 +70,12 @@ enum Task {
         #[arg(long, default_value = "target/app-operator-image.tar")]
         output: PathBuf,
     },
+    /// Push an image archive (`make image`'s) into the running local cluster's registry, where
+    /// its real node pulls from, as `kind load image-archive` does for kind.
+    Load {
+        #[arg(long, default_value = "target/app-operator-image.tar")]
+        archive: PathBuf,
+    },
     /// Benchmark convergence and cost against the floor; writes target/bench/{results.json,results.md,chart.svg}.
     Bench {
         /// Numbers of MyApps, one round each.
@@ -103,6 +114,12 @@ enum Task {
     },
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum NodeKind {
+    Kwok,
+    Real,
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
@@ -137,12 +154,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let tools = Tools::ensure(&tool_sources())?;
             println!("{}", tools.dir.join("bin").display());
         }
-        Task::ClusterUp { nodes } => {
+        Task::ClusterUp { node, nodes } => {
             let tools = Tools::ensure(&tool_sources())?;
             let layout = Layout::default();
-            let options = ClusterOptions {
-                nodes,
-                ..ClusterOptions::default()
+            let options = match node {
+                NodeKind::Kwok => ClusterOptions {
+                    nodes,
+                    ..ClusterOptions::default()
+                },
+                NodeKind::Real => ClusterOptions::real_node(),
             };
             let cluster = runtime.block_on(Cluster::up(&layout, &tools, &options))?;
             println!(
@@ -190,6 +210,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Task::Run => return runtime.block_on(run_operator()),
         Task::Image { output } => build_image(&output)?,
+        Task::Load { archive } => load(&archive)?,
         Task::Bench {
             sizes,
             concurrency,
@@ -396,6 +417,31 @@ fn build_image(output: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `make load`: the archive's images into the local cluster's registry, where its real node pulls.
+fn load(archive: &Path) -> Result<()> {
+    let layout = Layout::default();
+    let node = local_cluster::node::NodeLayout::of(&layout);
+    if layout.running().is_empty() || !node.exists() {
+        bail!(
+            "no local cluster with a real node runs (state in {}): start one with `make cluster-up NODE=real` or `make run`",
+            layout.state_dir.display()
+        );
+    }
+    let archive = if archive.is_relative() {
+        repo().join(archive)
+    } else {
+        archive.to_owned()
+    };
+    let registry = node.registry_address()?;
+    local_cluster::registry::push_archive(&archive, &registry)
+        .with_context(|| format!("pushing {}", archive.display()))?;
+    println!(
+        "loaded {} into the local cluster's registry ({registry})",
+        archive.display()
+    );
+    Ok(())
+}
+
 fn manifests() -> Result<()> {
     for (file, content) in app_operator::manifests::generated_files(&repo())? {
         let path = repo().join(&file);
@@ -425,13 +471,21 @@ fn install(target: &Target) -> Result<()> {
     Ok(())
 }
 
-/// `make run`: what a newcomer runs first.
+/// `make run`: what a newcomer runs first. The cluster has a real node: every sample's Pods run.
 async fn run_operator() -> Result<ExitCode> {
     let tools = Tools::ensure(&tool_sources())?;
     let layout = Layout::default();
     if layout.running().is_empty() {
-        Cluster::up(&layout, &tools, &ClusterOptions::default()).await?;
-        println!("started the local control plane; stop it with `make cluster-down`");
+        Cluster::up(&layout, &tools, &ClusterOptions::real_node()).await?;
+        println!(
+            "started the local control plane with a real node; stop it with `make cluster-down`"
+        );
+    } else if !local_cluster::node::NodeLayout::of(&layout).exists() {
+        bail!(
+            "a local control plane without a real node runs (state in {}): its Pods would run \
+             nowhere. Stop it with `make cluster-down`, then `make run` starts one with a real node",
+            layout.state_dir.display()
+        );
     }
     let kubeconfig = layout.kubeconfig();
     let local = Target {
@@ -446,16 +500,6 @@ async fn run_operator() -> Result<ExitCode> {
     if !built.success() {
         bail!("building app-operator failed");
     }
-    // kwok's Pods run nothing: the member runner runs etcd for every EtcdCluster member Pod, each
-    // on its own loopback address, which the operator reaches with loopback addressing, and the
-    // etcdctl/etcdutl of backup Jobs and restoring members.
-    let members_dir = layout.state_dir.join("etcd-members");
-    let _members = testkit::member_runner::MemberRunner::start(
-        local_cluster::admin_client(&kubeconfig).await?,
-        None,
-        &members_dir,
-    )
-    .await;
     let health = "127.0.0.1:8081";
     let mut operator = Command::new(repo().join("target/debug/app-operator"))
         .args([
@@ -464,8 +508,10 @@ async fn run_operator() -> Result<ExitCode> {
             "127.0.0.1:8080",
             "--health-probe-bind-address",
             health,
-            "--etcd-member-addressing",
-            "loopback",
+            // Outside the cluster, etcd members' cluster-DNS names are resolved by asking the
+            // cluster's DNS, as a Pod's resolver would.
+            "--etcd-dns-server",
+            local_cluster::node::CLUSTER_DNS,
         ])
         .env("APP_OPERATOR_KUBECONFIG", &kubeconfig)
         .spawn()
@@ -486,7 +532,18 @@ async fn run_operator() -> Result<ExitCode> {
         .args(["apply", "-k"])
         .arg(repo().join("config/samples"))
         .status()?;
-    std::thread::sleep(std::time::Duration::from_secs(5));
+    // The samples run for real: images pulled, nginx, etcd and PostgreSQL started. Wait until
+    // each says Ready (what does not within the time is shown as it is below).
+    local
+        .kubectl()
+        .args([
+            "wait",
+            "--for=condition=Ready",
+            "--timeout=240s",
+            "myapps,appclusters,etcdclusters,etcdbackups,sampledbs",
+            "--all",
+        ])
+        .status()?;
     local
         .kubectl()
         .args([
@@ -504,8 +561,7 @@ async fn run_operator() -> Result<ExitCode> {
     );
     println!("  kubectl get myapps,appclusters,samples,etcdclusters,etcdbackups,sampledbs,pods");
     println!("  kubectl get pods -l app=etcd   # seed 004: then set size: 2 in the EtcdCluster");
-    // The member runner lives on this runtime: wait for the operator off it. On SIGINT or SIGTERM
-    // the operator is stopped and the runner dropped, which stops the etcd members it started.
+    // On SIGINT or SIGTERM the operator is stopped; the cluster and its Pods stay.
     let pid = nix::unistd::Pid::from_raw(i32::try_from(operator.id())?);
     let mut exited = tokio::task::spawn_blocking(move || operator.wait());
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -686,7 +742,8 @@ async fn chaos(test_args: &[String]) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The whole suite on the shared control plane, then the bench smoke on it.
+/// The whole suite on the shared control plane (kwok), then the bench smoke on it; then the real
+/// node: its own life on this machine, and the samples with the operator deployed on it.
 async fn test(cargo_args: &[String]) -> Result<ExitCode> {
     ensure_postgres()?;
     let tools = Tools::ensure(&tool_sources())?;
@@ -710,5 +767,62 @@ async fn test(cargo_args: &[String]) -> Result<ExitCode> {
         bail!("cargo test failed ({status})");
     }
     smoke?;
+    test_real_node(&tools).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The real-node suites, one real node at a time: the node's own life (`local-cluster`'s
+/// `real_node`: up, Pods run, down leaves nothing, up again), then a cluster with a real node on
+/// which the operator is deployed as users deploy it (`make image`, `make load`, `make deploy`)
+/// and the operator's `real_node` tests run.
+async fn test_real_node(tools: &Tools) -> Result<()> {
+    let started = std::time::Instant::now();
+    let lifecycle = cargo_test(
+        tools,
+        &["--locked", "-p", "local-cluster", "--test", "real_node"],
+        &[],
+        &[],
+    )?;
+    if !lifecycle.success() {
+        bail!("the real node's lifecycle test failed ({lifecycle})");
+    }
+    let archive = repo().join("target/app-operator-image.tar");
+    build_image(&archive)?;
+    let layout = Layout {
+        state_dir: repo().join("target/test-real-node"),
+    };
+    eprintln!("starting a local control plane with a real node for the real-node suite");
+    let cluster = Cluster::up(&layout, tools, &ClusterOptions::real_node()).await?;
+    let suite = async {
+        local_cluster::registry::push_archive(
+            &archive,
+            &local_cluster::node::NodeLayout::of(&layout).registry_address()?,
+        )?;
+        let target = Target {
+            kubectl: tools.bin("kubectl"),
+            kubeconfig: Some(cluster.kubeconfig.clone().into_os_string()),
+            img: install::DEFAULT_IMG.to_owned(),
+        };
+        print!("{}", install::deploy(&target, &repo(), &overlay_dir())?);
+        let status = cargo_test(
+            tools,
+            &["--locked", "-p", "app-operator", "--test", "real_node"],
+            &[],
+            &[(
+                "APP_OPERATOR_TEST_KUBECONFIG",
+                cluster.kubeconfig.as_os_str(),
+            )],
+        )?;
+        if !status.success() {
+            bail!("the real-node suite failed ({status})");
+        }
+        Ok(())
+    }
+    .await;
+    Cluster::down(&layout)?;
+    eprintln!(
+        "real-node suites done in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    suite
 }

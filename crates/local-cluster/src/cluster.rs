@@ -79,6 +79,8 @@ pub struct ClusterOptions {
     pub timeout: Duration,
     /// Record every write but the control plane's own in [`Layout::audit_log`].
     pub audit: bool,
+    /// Also run a real node (kubelet, containerd, CNI, kube-proxy, CoreDNS): see [`crate::node`].
+    pub real_node: bool,
 }
 
 impl Default for ClusterOptions {
@@ -87,6 +89,20 @@ impl Default for ClusterOptions {
             nodes: 1,
             timeout: Duration::from_secs(120),
             audit: false,
+            real_node: false,
+        }
+    }
+}
+
+impl ClusterOptions {
+    /// A real node and no kwok one: every Pod runs.
+    pub fn real_node() -> ClusterOptions {
+        ClusterOptions {
+            nodes: 0,
+            real_node: true,
+            // The first start pushes the images into the registry and pulls CoreDNS's.
+            timeout: Duration::from_secs(300),
+            ..ClusterOptions::default()
         }
     }
 }
@@ -236,10 +252,11 @@ impl Cluster {
         }
     }
 
-    /// Stops every recorded process (in reverse start order) and removes the state directory.
-    /// Returns the names of the processes that were still running.
+    /// Stops every recorded process (in reverse start order) and removes the state directory;
+    /// a real node first undoes what it did to the machine ([`crate::node::down`]). Returns the
+    /// names of the processes that were still running.
     pub fn down(layout: &Layout) -> Result<Vec<String>, Error> {
-        let mut stopped = Vec::new();
+        let mut stopped = crate::node::down(layout)?;
         for recorded in layout.recorded().iter().rev() {
             if recorded.is_running() {
                 recorded.stop(Duration::from_secs(10));
@@ -261,7 +278,14 @@ async fn start_all(
     started: &mut Vec<Started>,
 ) -> Result<Client, Error> {
     let pki_dir = layout.pki();
-    let pki = pki::generate(identities())?;
+    let node_ip = if options.real_node {
+        crate::node::lock(layout)?;
+        Some(crate::node::host_address()?)
+    } else {
+        None
+    };
+    let node_addresses: Vec<String> = node_ip.iter().map(ToString::to_string).collect();
+    let pki = pki::generate(identities(), &node_addresses)?;
     let write = |name: &str, contents: &str| -> Result<String, Error> {
         let path = pki_dir.join(name);
         fs::write(&path, contents).map_err(Error::io("writing", &path))?;
@@ -273,6 +297,39 @@ async fn start_all(
     let apiserver_key = write("apiserver.key", &pki.apiserver.key_pem)?;
     let sa_key = write("service-account.key", &pki.service_account_key_pem)?;
     let sa_pub = write("service-account.pub", &pki.service_account_public_pem)?;
+    let kubelet_client_flags = match node_ip {
+        Some(node_ip) => {
+            let client = pki.client(&crate::node::apiserver_kubelet_client())?;
+            let crt = write("apiserver-kubelet-client.crt", &client.cert_pem)?;
+            let key = write("apiserver-kubelet-client.key", &client.key_pem)?;
+            args(&[
+                // Pods reach the API server through the `kubernetes` Service, whose endpoint is
+                // the advertised address: the machine's own, not loopback.
+                ("bind-address", "0.0.0.0"),
+                ("advertise-address", &node_ip.to_string()),
+                ("kubelet-client-certificate", &crt),
+                ("kubelet-client-key", &key),
+                ("kubelet-certificate-authority", &ca_crt),
+                ("kubelet-preferred-address-types", "InternalIP,Hostname"),
+                (
+                    "enable-admission-plugins",
+                    "OwnerReferencesPermissionEnforcement,NodeRestriction",
+                ),
+            ])
+        }
+        None => args(&[
+            ("bind-address", "127.0.0.1"),
+            ("advertise-address", "127.0.0.1"),
+            // As OpenShift has it: setting blockOwnerDeletion on a child needs `update` on
+            // the owner's finalizers, so a missing RBAC rule fails the tests here too.
+            (
+                "enable-admission-plugins",
+                "OwnerReferencesPermissionEnforcement",
+            ),
+            // The "kubernetes" Service cannot point at a loopback address; nothing here needs it.
+            ("endpoint-reconciler-type", "none"),
+        ]),
+    };
 
     let [
         etcd_port,
@@ -356,19 +413,11 @@ async fn start_all(
             args: [
                 args(&[
                     ("etcd-servers", &etcd_url),
-                    ("bind-address", "127.0.0.1"),
-                    ("advertise-address", "127.0.0.1"),
                     ("secure-port", &api_port.to_string()),
                     ("tls-cert-file", &apiserver_crt),
                     ("tls-private-key-file", &apiserver_key),
                     ("client-ca-file", &ca_crt),
                     ("authorization-mode", "Node,RBAC"),
-                    // As OpenShift has it: setting blockOwnerDeletion on a child needs `update` on
-                    // the owner's finalizers, so a missing RBAC rule fails the tests here too.
-                    (
-                        "enable-admission-plugins",
-                        "OwnerReferencesPermissionEnforcement",
-                    ),
                     (
                         "service-account-issuer",
                         "https://kubernetes.default.svc.cluster.local",
@@ -376,11 +425,10 @@ async fn start_all(
                     ("service-account-key-file", &sa_pub),
                     ("service-account-signing-key-file", &sa_key),
                     ("service-cluster-ip-range", "10.96.0.0/16"),
-                    // The "kubernetes" Service cannot point at a loopback address; nothing here needs it.
-                    ("endpoint-reconciler-type", "none"),
                     ("allow-privileged", "true"),
                     ("profiling", "false"),
                 ]),
+                kubelet_client_flags,
                 audit_flags,
             ]
             .concat(),
@@ -501,13 +549,29 @@ async fn start_all(
         .patch(
             DEFAULT_STORAGE_CLASS,
             &PatchParams::apply("local-cluster").force(),
-            &Patch::Apply(default_storage_class()),
+            &Patch::Apply(default_storage_class(options.real_node)),
         )
         .await
         .map_err(|source| Error::Kube {
             what: "creating the default StorageClass",
             source,
         })?;
+    if let Some(node_ip) = node_ip {
+        crate::node::start(
+            &crate::node::Start {
+                layout,
+                tools,
+                pki: &pki,
+                node_ip,
+                api_server: server.clone(),
+                ca_file: PathBuf::from(&ca_crt),
+                client: client.clone(),
+                timeout: options.timeout,
+            },
+            started,
+        )
+        .await?;
+    }
     // Pods are refused until the namespace's default ServiceAccount exists.
     let service_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
     wait_for(
@@ -531,9 +595,16 @@ async fn start_all(
 /// The StorageClass of claims that name none.
 pub const DEFAULT_STORAGE_CLASS: &str = "standard";
 
-/// The default StorageClass: kube-controller-manager's host-path provisioner, binding at once
-/// (no node to wait for: every kwok node sees the same host).
-fn default_storage_class() -> serde_json::Value {
+/// The default StorageClass. With kwok nodes: kube-controller-manager's host-path provisioner,
+/// binding at once (no node to wait for: every kwok node sees the same host). With a real node:
+/// local-path-provisioner, as kind has it, whose directories any user may write (the host-path
+/// provisioner's are root's, and a Pod running as a non-root user could not use its volume).
+fn default_storage_class(real_node: bool) -> serde_json::Value {
+    let (provisioner, binding) = if real_node {
+        (crate::node::STORAGE_PROVISIONER, "WaitForFirstConsumer")
+    } else {
+        ("kubernetes.io/host-path", "Immediate")
+    };
     serde_json::json!({
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
@@ -541,10 +612,10 @@ fn default_storage_class() -> serde_json::Value {
             "name": DEFAULT_STORAGE_CLASS,
             "annotations": { "storageclass.kubernetes.io/is-default-class": "true" },
         },
-        "provisioner": "kubernetes.io/host-path",
+        "provisioner": provisioner,
         "reclaimPolicy": "Delete",
-        "volumeBindingMode": "Immediate",
-        "allowVolumeExpansion": true,
+        "volumeBindingMode": binding,
+        "allowVolumeExpansion": !real_node,
     })
 }
 
@@ -566,7 +637,7 @@ fn fake_node(name: &str) -> serde_json::Value {
     })
 }
 
-fn node_is_ready(node: &Node) -> bool {
+pub(crate) fn node_is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|status| status.conditions.as_ref())
@@ -589,7 +660,7 @@ pub async fn admin_client(kubeconfig: &Path) -> Result<Client, Error> {
     })
 }
 
-fn args(flags: &[(&str, &str)]) -> Vec<String> {
+pub(crate) fn args(flags: &[(&str, &str)]) -> Vec<String> {
     flags
         .iter()
         .map(|(flag, value)| format!("--{flag}={value}"))
@@ -597,7 +668,7 @@ fn args(flags: &[(&str, &str)]) -> Vec<String> {
 }
 
 /// Distinct free loopback ports (all bound at once so none is handed out twice).
-fn free_ports<const N: usize>() -> Result<[u16; N], Error> {
+pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N], Error> {
     let listeners = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()
@@ -629,7 +700,7 @@ async fn apiserver_ready(client: &Client) -> Result<bool, Error> {
 }
 
 /// Polls `ready` until it holds, failing early (with the log tail) if a started component died.
-async fn wait_for<F, Fut>(
+pub(crate) async fn wait_for<F, Fut>(
     started: &mut [Started],
     timeout: Duration,
     layout: &Layout,

@@ -6,10 +6,15 @@
 pub mod audit;
 mod cluster;
 mod error;
+mod host;
+pub mod images;
 pub mod install;
 mod kubeconfig;
+pub mod node;
+pub mod oci;
 mod pki;
 mod process;
+pub mod registry;
 pub mod tools;
 
 pub use cluster::{Cluster, ClusterOptions, Layout, RunningCluster, Stop, admin_client};

@@ -21,6 +21,8 @@ pub struct ClientIdentity {
 
 pub struct Pki {
     pub ca: CertifiedKey,
+    /// Signs the certificates made after [`generate`] (the real node's).
+    issuer: Issuer<'static, KeyPair>,
     pub apiserver: CertifiedKey,
     pub clients: Vec<(ClientIdentity, CertifiedKey)>,
     /// Signs service-account tokens (kube-apiserver, kube-controller-manager).
@@ -29,7 +31,12 @@ pub struct Pki {
     pub service_account_public_pem: String,
 }
 
-pub fn generate(clients: Vec<ClientIdentity>) -> Result<Pki, rcgen::Error> {
+/// The CA and the control plane's certificates; `apiserver_addresses` are added to the API
+/// server's names (a real node's Pods reach it at the node's address).
+pub fn generate(
+    clients: Vec<ClientIdentity>,
+    apiserver_addresses: &[String],
+) -> Result<Pki, rcgen::Error> {
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -48,42 +55,70 @@ pub fn generate(clients: Vec<ClientIdentity>) -> Result<Pki, rcgen::Error> {
     };
     let issuer = Issuer::new(ca_params, ca_key);
 
+    let mut apiserver_names: Vec<&str> = vec![
+        "127.0.0.1",
+        "10.96.0.1",
+        "localhost",
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ];
+    apiserver_names.extend(apiserver_addresses.iter().map(String::as_str));
     let apiserver = leaf(
         &issuer,
         "kube-apiserver",
         None,
-        &[
-            "127.0.0.1",
-            "10.96.0.1",
-            "localhost",
-            "kubernetes",
-            "kubernetes.default",
-            "kubernetes.default.svc",
-            "kubernetes.default.svc.cluster.local",
-        ],
+        &apiserver_names,
         ExtendedKeyUsagePurpose::ServerAuth,
     )?;
     let clients = clients
         .into_iter()
         .map(|identity| {
-            let key = leaf(
-                &issuer,
-                identity.user,
-                identity.group,
-                &[],
-                ExtendedKeyUsagePurpose::ClientAuth,
-            )?;
+            let key = client(&issuer, &identity)?;
             Ok((identity, key))
         })
         .collect::<Result<_, rcgen::Error>>()?;
     let service_account = KeyPair::generate()?;
     Ok(Pki {
         ca,
+        issuer,
         apiserver,
         clients,
         service_account_key_pem: service_account.serialize_pem(),
         service_account_public_pem: service_account.public_key_pem(),
     })
+}
+
+impl Pki {
+    /// A client certificate for `identity`, signed by the CA.
+    pub fn client(&self, identity: &ClientIdentity) -> Result<CertifiedKey, rcgen::Error> {
+        client(&self.issuer, identity)
+    }
+
+    /// A serving certificate for `names` (DNS names or IP addresses), signed by the CA.
+    pub fn server(&self, common_name: &str, names: &[&str]) -> Result<CertifiedKey, rcgen::Error> {
+        leaf(
+            &self.issuer,
+            common_name,
+            None,
+            names,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+}
+
+fn client(
+    issuer: &Issuer<'_, KeyPair>,
+    identity: &ClientIdentity,
+) -> Result<CertifiedKey, rcgen::Error> {
+    leaf(
+        issuer,
+        identity.user,
+        identity.group,
+        &[],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    )
 }
 
 fn leaf(

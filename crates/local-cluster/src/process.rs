@@ -188,3 +188,54 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+/// Runs `command` to its end; its standard output, or an error with its standard error.
+pub fn run(command: &mut Command) -> Result<String, Error> {
+    run_with_input(command, "")
+}
+
+/// Runs `command` with `input` on its standard input; its standard output, or an error with its
+/// standard error.
+pub fn run_with_input(command: &mut Command, input: &str) -> Result<String, Error> {
+    use std::io::Write;
+    let line = format!(
+        "{} {}",
+        command.get_program().to_string_lossy(),
+        command
+            .get_args()
+            .map(|arg| arg.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| Error::Spawn {
+            command: line.clone(),
+            source,
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .map_err(Error::io("writing to", command.get_program()))?;
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(Error::io("waiting for", command.get_program()))?;
+    if !output.status.success() {
+        // Long logs (mmdebstrap's) say what went wrong at their end.
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        let tail = lines
+            .get(lines.len().saturating_sub(40)..)
+            .unwrap_or_default();
+        return Err(Error::Command {
+            command: line,
+            status: output.status,
+            output: tail.join("\n"),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
