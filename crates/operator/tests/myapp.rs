@@ -18,7 +18,7 @@ use app_operator::manager::ControllerKind;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -65,6 +65,17 @@ async fn deployment_replicas(deployments: &Api<Deployment>, name: &str, replicas
 async fn a_myapp_becomes_a_deployment_and_a_service_and_reports_ready() {
     let ns = TestNamespace::new("myapp-create").await;
     let _operator = support::start(&ns, &[ControllerKind::Myapp]).await;
+    // The Secret the env reads: kwok would report the Pods Ready without it, a kubelet would not
+    // start them (real_node.rs shows a MyApp waiting for a missing one).
+    ns.api::<Secret>()
+        .create(
+            &PostParams::default(),
+            &object(
+                json!({ "metadata": { "name": "db" }, "stringData": { "password": "s3cret" } }),
+            ),
+        )
+        .await
+        .unwrap();
     let apps = ns.api::<MyApp>();
     let spec = json!({
         "replicas": 2, "image": "nginx:1.27", "port": 9090, "serviceType": "NodePort",

@@ -202,6 +202,69 @@ async fn the_myapp_sample_serves_through_its_service() {
     assert!(proxied.contains("Welcome to nginx"), "{proxied}");
 }
 
+/// A MyApp whose container reads a Secret that does not exist is not Ready, and says why in the
+/// kubelet's words (its Ready condition and a Warning event); once the Secret exists it is Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_myapp_waiting_for_a_missing_secret_says_so_until_it_exists() {
+    let ns = TestNamespace::new("real-myapp-secret").await;
+    let app = json!({
+        "apiVersion": "example.com/v1", "kind": "MyApp",
+        "metadata": { "name": "web" },
+        "spec": {
+            "replicas": 1, "image": "nginx:1.22", "port": 80,
+            "env": [{ "name": "PASSWORD", "valueFrom": { "secretKeyRef": { "name": "db", "key": "password" } } }],
+        },
+    });
+    let file = std::env::temp_dir().join(format!("{}-web.json", ns.name));
+    std::fs::write(&file, app.to_string()).unwrap();
+    kubectl_ok(&["apply", "-n", &ns.name, "-f", &file.display().to_string()]);
+    let ready = || {
+        let out = kubectl_ok(&[
+            "get",
+            "myapp",
+            "web",
+            "-n",
+            &ns.name,
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason} {.status.conditions[?(@.type=="Ready")].message}"#,
+        ]);
+        async move { Some(out) }
+    };
+    let stuck = eventually(TIMEOUT, "Ready False with the kubelet's reason", || async {
+        ready()
+            .await
+            .filter(|r| r.starts_with("False CreateContainerConfigError"))
+    })
+    .await;
+    assert!(stuck.contains(r#"secret "db" not found"#), "{stuck}");
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.name,
+        "--field-selector",
+        "involvedObject.kind=MyApp,type=Warning",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    assert!(events.contains("CreateContainerConfigError"), "{events}");
+
+    kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "db",
+        "-n",
+        &ns.name,
+        "--from-literal=password=s3cret",
+    ]);
+    eventually(TIMEOUT, "Ready once the Secret exists", || async {
+        ready().await.filter(|r| r.starts_with("True "))
+    })
+    .await;
+    let _ = std::fs::remove_file(file);
+}
+
 /// Seed 004 as written (its version one that runs here): one real etcd container, then two,
 /// whose member list (asked inside a member's Pod) has two started members whose peer URLs are
 /// their cluster-DNS names.

@@ -17,16 +17,16 @@ use app_operator_api::conditions::READY;
 use app_operator_api::{MyApp, MyAppStatus};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Client, Resource, ResourceExt};
 
 use self::service::ports_drifted;
-use self::status::status;
+use self::status::{status, waiting_container};
 use crate::reconcile::apply::{controller_reference, is_controlled_by};
 use crate::reconcile::children::{ChildChange, OnImmutable, Owned, Verb, describe};
 use crate::reconcile::conditions::is_true;
@@ -91,13 +91,39 @@ impl Reconciler for MyAppReconciler {
                 .map(|d| (*d).clone()),
         };
         let now = Time(Timestamp::now());
-        let desired = status(app, deployment.as_ref(), outcome.as_ref().err(), &now);
+        let mut desired = status(app, deployment.as_ref(), None, outcome.as_ref().err(), &now);
         if outcome.is_ok()
             && app.status.is_none()
             && let Some(wait) = first_status_wait(app, &desired, &now)
         {
             announce(shared, app, &changes).await;
             return Ok(Action::requeue(wait));
+        }
+        // Not Ready while its Pods exist: say why if a container cannot start. A kubelet's
+        // waiting reason changes no Deployment field, so while one is reported it is looked at
+        // again now and then.
+        let mut next = Action::await_change();
+        if outcome.is_ok() && !is_true(&desired.conditions, READY) {
+            let waiting = waiting_container(&self.pods(app, &namespace, &shared.client).await);
+            if let Some(waiting) = &waiting {
+                desired = status(app, deployment.as_ref(), Some(waiting), None, &now);
+                let reported = app.status.as_ref().and_then(|s| {
+                    s.conditions
+                        .iter()
+                        .find(|c| c.type_ == READY)
+                        .map(|c| c.reason.clone())
+                });
+                if reported.as_deref() != Some(waiting.reason.as_str()) {
+                    let note = format!(
+                        "Pod {} container {}: {}",
+                        waiting.pod, waiting.container, waiting.message
+                    );
+                    shared
+                        .publish(app, EventType::Warning, &waiting.reason, "Start", note)
+                        .await;
+                }
+                next = Action::requeue(WAITING_RECHECK);
+            }
         }
         let stamp = |status: &mut app_operator_api::MyAppStatus| {
             status.last_update_time = Some(now.clone())
@@ -115,11 +141,25 @@ impl Reconciler for MyAppReconciler {
                 outcome.map(|_| ())
             )
         );
-        result.map(|()| Action::await_change())
+        result.map(|()| next)
     }
 }
 
 impl MyAppReconciler {
+    /// The MyApp's Pods (by its selector; not cached: read only while it is not Ready). A
+    /// failed read finds none: the status then says only how many replicas are ready.
+    async fn pods(&self, app: &MyApp, namespace: &str, client: &Client) -> Vec<Pod> {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let selector = labels::selector_string(app);
+        match pods.list(&ListParams::default().labels(&selector)).await {
+            Ok(list) => list.items,
+            Err(error) => {
+                tracing::debug!(%error, "could not list a MyApp's Pods");
+                Vec::new()
+            }
+        }
+    }
+
     /// Applies the children (Service, Deployment and HPA, concurrently: none depends on another)
     /// and removes an HPA no longer wanted. Returns the Deployment as the API server has it after
     /// the apply (or the first error), and what changed.
@@ -243,6 +283,9 @@ impl MyAppReconciler {
 /// 1000 MyApps created at once on a small control plane (with 10 s most got two writes, with
 /// 30 s a third did).
 const FIRST_STATUS_WAIT: Duration = Duration::from_secs(60);
+
+/// How often a MyApp whose container cannot start is looked at again.
+const WAITING_RECHECK: Duration = Duration::from_secs(30);
 
 /// While a MyApp that never had a status is younger than [`FIRST_STATUS_WAIT`] and `desired`
 /// is not Ready yet: how long is left (the reconcile that ends it writes whatever is true then).

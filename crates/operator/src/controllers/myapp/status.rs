@@ -1,17 +1,57 @@
 use app_operator_api::conditions::{PROGRESSING, READY};
 use app_operator_api::{MyApp, MyAppStatus};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 
 use super::labels::selector_string;
 use crate::reconcile::Error;
 use crate::reconcile::conditions::{Desired, degraded, set};
 
-/// The status a MyApp should have, given its Deployment as last seen and the reconcile's error.
-/// `lastUpdateTime` is carried over: the caller stamps it only when the status really changes.
+/// A container the kubelet cannot start, in its words: why a MyApp is not Ready when its Pods
+/// exist but do not run (a missing Secret, an image that cannot be pulled, a crash loop).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub pod: String,
+    pub container: String,
+    /// The kubelet's reason: `CreateContainerConfigError`, `ImagePullBackOff`, …
+    pub reason: String,
+    pub message: String,
+}
+
+/// The first container of `pods` that waits for something other than its own start (pulling,
+/// creating, initialising are progress, not a problem).
+pub fn waiting_container(pods: &[Pod]) -> Option<Waiting> {
+    const PROGRESS: &[&str] = &["ContainerCreating", "PodInitializing"];
+    pods.iter().find_map(|pod| {
+        let status = pod.status.as_ref()?;
+        let containers = status.init_container_statuses.iter().flatten();
+        containers
+            .chain(status.container_statuses.iter().flatten())
+            .find_map(|container| {
+                let waiting = container.state.as_ref()?.waiting.as_ref()?;
+                let reason = waiting
+                    .reason
+                    .clone()
+                    .filter(|r| !PROGRESS.contains(&r.as_str()))?;
+                Some(Waiting {
+                    pod: pod.name_any(),
+                    container: container.name.clone(),
+                    reason,
+                    message: waiting.message.clone().unwrap_or_default(),
+                })
+            })
+    })
+}
+
+/// The status a MyApp should have, given its Deployment as last seen, a container of its that
+/// cannot start (if one was looked for) and the reconcile's error. `lastUpdateTime` is carried
+/// over: the caller stamps it only when the status really changes.
 pub fn status(
     app: &MyApp,
     deployment: Option<&Deployment>,
+    waiting: Option<&Waiting>,
     error: Option<&Error>,
     now: &Time,
 ) -> MyAppStatus {
@@ -51,11 +91,22 @@ pub fn status(
             reason: "DeploymentReady",
             message: replicas_message.clone(),
         },
-        None => Desired {
-            type_: READY,
-            status: false,
-            reason: "ReplicasNotReady",
-            message: replicas_message.clone(),
+        None => match waiting {
+            Some(waiting) => Desired {
+                type_: READY,
+                status: false,
+                reason: waiting.reason.as_str(),
+                message: format!(
+                    "{replicas_message}; Pod {} container {}: {}",
+                    waiting.pod, waiting.container, waiting.message
+                ),
+            },
+            None => Desired {
+                type_: READY,
+                status: false,
+                reason: "ReplicasNotReady",
+                message: replicas_message.clone(),
+            },
         },
     };
     let progressing = match error {
@@ -363,6 +414,7 @@ mod tests {
             let status = status(
                 &app,
                 case.deployment.as_ref(),
+                None,
                 case.error.as_ref(),
                 &time(100),
             );
@@ -427,7 +479,7 @@ mod tests {
                 .map(|t| condition(status, t).last_transition_time.clone())
         };
 
-        let created = status(&app, None, None, &time(10));
+        let created = status(&app, None, None, None, &time(10));
         assert_eq!(transitions(&created), [time(10), time(10), time(10)]);
         app.status = Some(MyAppStatus {
             last_update_time: Some(time(11)),
@@ -435,21 +487,83 @@ mod tests {
         });
 
         // Still rolling out: nothing flips, however the counts and messages change.
-        let rolling = status(&app, Some(&rolled(3, 1)), None, &time(20));
+        let rolling = status(&app, Some(&rolled(3, 1)), None, None, &time(20));
         assert_eq!(transitions(&rolling), [time(10), time(10), time(10)]);
         assert_eq!(rolling.ready_replicas, 1);
         assert_eq!(rolling.last_update_time, Some(time(11)));
         app.status = Some(rolling);
 
         // Rolled out: Ready and Progressing flip, Degraded stays False.
-        let done = status(&app, Some(&rolled(3, 3)), None, &time(30));
+        let done = status(&app, Some(&rolled(3, 3)), None, None, &time(30));
         assert_eq!(transitions(&done), [time(30), time(30), time(10)]);
         app.status = Some(done);
 
         // A conflict: Ready and Degraded flip, Progressing stays False (with another reason).
-        let failed = status(&app, Some(&rolled(3, 3)), Some(&conflict()), &time(40));
+        let failed = status(
+            &app,
+            Some(&rolled(3, 3)),
+            None,
+            Some(&conflict()),
+            &time(40),
+        );
         assert_eq!(transitions(&failed), [time(40), time(30), time(40)]);
         assert_eq!(condition(&failed, PROGRESSING).reason, "ChildConflict");
         assert_eq!(failed.last_update_time, Some(time(11)));
+    }
+
+    fn pod(name: &str, init: Option<(&str, &str)>, app: Option<(&str, &str)>) -> Pod {
+        let status = |waiting: Option<(&str, &str)>, name: &str| {
+            json!([{
+                "name": name, "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": match waiting {
+                    Some((reason, message)) => json!({ "waiting": { "reason": reason, "message": message } }),
+                    None => json!({ "running": {} }),
+                },
+            }])
+        };
+        serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "status": {
+                "initContainerStatuses": status(init, "init"),
+                "containerStatuses": status(app, "app"),
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_container_that_cannot_start_is_the_reason_a_myapp_is_not_ready() {
+        let secret = ("CreateContainerConfigError", "secret \"db\" not found");
+        let pods = [
+            pod("web-a", None, Some(("ContainerCreating", ""))),
+            pod("web-b", None, Some(secret)),
+        ];
+        let waiting = waiting_container(&pods).unwrap();
+        assert_eq!(
+            (
+                waiting.pod.as_str(),
+                waiting.container.as_str(),
+                waiting.reason.as_str()
+            ),
+            ("web-b", "app", "CreateContainerConfigError")
+        );
+        // Progress is no problem; an init container that cannot start is.
+        assert_eq!(waiting_container(&pods[..1]), None);
+        let init = [pod("web-c", Some(("ImagePullBackOff", "not found")), None)];
+        assert_eq!(waiting_container(&init).unwrap().container, "init");
+
+        let stuck = status(&app(), Some(&rolled(3, 1)), Some(&waiting), None, &time(20));
+        let ready = condition(&stuck, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "CreateContainerConfigError")
+        );
+        assert_eq!(
+            ready.message,
+            "1 of 3 replicas ready; Pod web-b container app: secret \"db\" not found"
+        );
+        // Rolled out, a waiting container (a stale look) does not make it not Ready.
+        let done = status(&app(), Some(&rolled(3, 3)), Some(&waiting), None, &time(30));
+        assert_eq!(condition(&done, READY).status, "True");
     }
 }
