@@ -60,6 +60,9 @@ bench-compare: preflight ## make bench, then the same MyApp rounds for a control
 	cd hack/bench-operator && go build -mod=readonly -o ../../target/bench-operator/bench-operator .
 	$(CARGO) run --release --quiet --locked -p xtask -- bench --compare "$(BENCH_COMPARE)" --compare-rbac hack/bench-operator/role.yaml $(BENCH_ARGS)
 
+test-real-node: preflight ## Only the real-node suites (the node's own life, then the samples with the operator deployed)
+	$(CARGO) xtask test-real-node
+
 chaos: preflight ## The fault suite: every row of docs/architecture.md's fault table, serially (~25 min warm)
 	$(CARGO) xtask chaos $(CHAOS_ARGS)
 
@@ -75,4 +78,4 @@ cluster-down: ## Stop every process of the local control plane and remove its st
 tools: ## Build (or find cached) the pinned upstream binaries
 	$(CARGO) xtask tools
 
-.PHONY: help preflight run test chaos lint manifests install uninstall deploy undeploy build-installer image load bench bench-compare cluster-up cluster-down tools
+.PHONY: help preflight run test test-real-node chaos lint manifests install uninstall deploy undeploy build-installer image load bench bench-compare cluster-up cluster-down tools

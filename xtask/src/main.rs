@@ -42,6 +42,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cargo_args: Vec<String>,
     },
+    /// Run only the real-node suites (the node's lifecycle, then the samples with the operator
+    /// deployed on a real node); `test` runs them after the rest.
+    TestRealNode,
     /// Run the fault suite (crates/operator/tests/chaos.rs) serially, each row on a control plane
     /// of its own.
     Chaos {
@@ -243,6 +246,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }))?;
         }
         Task::Test { cargo_args } => return runtime.block_on(test(&cargo_args)),
+        Task::TestRealNode => {
+            let tools = Tools::ensure(&tool_sources())?;
+            runtime.block_on(test_real_node(&tools))?;
+        }
         Task::Chaos { test_args } => return runtime.block_on(chaos(&test_args)),
     }
     Ok(ExitCode::SUCCESS)
