@@ -814,7 +814,8 @@ async fn test_real_node(tools: &Tools) -> Result<()> {
         let status = cargo_test(
             tools,
             &["--locked", "-p", "app-operator", "--test", "real_node"],
-            &[],
+            // What the tests measure (the leader handover) is printed.
+            &["--".to_owned(), "--nocapture".to_owned()],
             &[(
                 "APP_OPERATOR_TEST_KUBECONFIG",
                 cluster.kubeconfig.as_os_str(),

@@ -345,39 +345,29 @@ pub async fn start(start: &Start<'_>, started: &mut Vec<Started>) -> Result<(), 
         },
     )?;
 
-    let coredns = node.dir.join("coredns.json");
-    write(
-        &coredns,
-        &coredns_manifests(&image_named(&images, "registry.k8s.io/coredns/coredns:")?).to_string(),
+    // The cluster add-ons, each from a file kept beside the node's configuration.
+    let coredns = coredns_manifests(&image_named(&images, "registry.k8s.io/coredns/coredns:")?);
+    let storage = local_path_storage(
+        &start.tools.sources,
+        &node.dir.join("volumes"),
+        &image_named(&images, "docker.io/app-operator/toolbox:")?,
     )?;
-    let admin = start.layout.kubeconfig();
-    process::run(Command::new(start.tools.bin("kubectl")).args([
-        "--kubeconfig",
-        &admin.display().to_string(),
-        "apply",
-        "--server-side",
-        "--field-manager=local-cluster",
-        "-f",
-        &coredns.display().to_string(),
-    ]))?;
-    let storage = node.dir.join("local-path-storage.yaml");
-    write(
-        &storage,
-        &local_path_storage(
-            &start.tools.sources,
-            &node.dir.join("volumes"),
-            &image_named(&images, "docker.io/app-operator/toolbox:")?,
-        )?,
-    )?;
-    process::run(Command::new(start.tools.bin("kubectl")).args([
-        "--kubeconfig",
-        &admin.display().to_string(),
-        "apply",
-        "--server-side",
-        "--field-manager=local-cluster",
-        "-f",
-        &storage.display().to_string(),
-    ]))?;
+    for (file, manifest) in [
+        ("coredns.json", coredns.to_string()),
+        ("local-path-storage.yaml", storage),
+    ] {
+        let path = node.dir.join(file);
+        write(&path, &manifest)?;
+        process::run(Command::new(start.tools.bin("kubectl")).args([
+            "--kubeconfig",
+            &start.layout.kubeconfig().display().to_string(),
+            "apply",
+            "--server-side",
+            "--field-manager=local-cluster",
+            "-f",
+            &path.display().to_string(),
+        ]))?;
+    }
     for (namespace, name) in [
         ("kube-system", "coredns"),
         ("local-path-storage", "local-path-provisioner"),

@@ -18,20 +18,12 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::{PodCount, TIMEOUT, rejection};
-use testkit::{TestNamespace, eventually, kubectl_ok, object};
+use testkit::{TestNamespace, eventually, kubectl_ok, object, running_and_ready};
 
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../config/samples/demo_v1_appcluster.yaml"
 );
-
-fn running_and_ready(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    status.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
 
 /// Waits until exactly `count` Pods labelled `app=<name>` exist, all Running and Ready, and
 /// `status.ready == count`.

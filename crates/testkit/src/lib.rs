@@ -204,6 +204,15 @@ impl Drop for TestNamespace {
     }
 }
 
+/// A Pod in phase Running whose Ready condition is True.
+pub fn running_and_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// Polls `probe` every 100 ms until it returns `Some`, failing the test after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
 where
