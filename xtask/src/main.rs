@@ -824,6 +824,39 @@ async fn test_real_node(tools: &Tools) -> Result<()> {
         if !status.success() {
             bail!("the real-node suite failed ({status})");
         }
+        // The chart, as Helm users install it, in place of `make deploy`'s operator: the same
+        // image; its test Pod on the toolbox (the chart's default busybox:1.37 is not built here,
+        // the toolbox has GNU wget, which takes the same arguments).
+        print!("{}", install::undeploy(&target, &repo(), &overlay_dir())?);
+        let helm = |args: &[&str]| -> Result<()> {
+            let status = Command::new(tools.bin("helm"))
+                .args(args)
+                .env("KUBECONFIG", &cluster.kubeconfig)
+                .status()?;
+            if !status.success() {
+                bail!("helm {} failed ({status})", args.join(" "));
+            }
+            Ok(())
+        };
+        let chart = repo().join("charts/app-operator");
+        let release = ["app-operator", "-n", "app-operator-helm"];
+        helm(
+            &[
+                &["install", release[0], path(&chart)?],
+                &release[1..],
+                &[
+                    "--create-namespace",
+                    "--set=image.repository=app-operator",
+                    "--set=image.tag=latest",
+                    "--set=test.image=docker.io/app-operator/toolbox:1",
+                    "--wait",
+                    "--timeout=180s",
+                ],
+            ]
+            .concat(),
+        )?;
+        helm(&[&["test"][..], &release, &["--timeout=120s"]].concat())?;
+        helm(&[&["uninstall"][..], &release, &["--wait"]].concat())?;
         Ok(())
     }
     .await;

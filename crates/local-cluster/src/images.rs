@@ -84,6 +84,7 @@ const DEBIAN: &[Debian] = &[
         suite: "bookworm",
         packages: &[
             "curl",
+            "wget",
             "dnsutils",
             "netcat-openbsd",
             "postgresql-client",

@@ -119,6 +119,11 @@ impl NodeLayout {
         self.dir.join("cni")
     }
 
+    /// What the kubelet gives Pods as the host's resolv.conf: nothing (cluster DNS only).
+    fn empty_resolv_conf(&self) -> PathBuf {
+        self.dir.join("resolv.conf")
+    }
+
     fn host_record(&self) -> PathBuf {
         self.dir.join("host-before.json")
     }
@@ -282,6 +287,7 @@ pub async fn start(start: &Start<'_>, started: &mut Vec<Started>) -> Result<(), 
         )?;
         Ok(path)
     };
+    write(&node.empty_resolv_conf(), "")?;
     let kubelet_config = node.dir.join("kubelet.yaml");
     write(
         &kubelet_config,
@@ -536,8 +542,6 @@ struct KubeletSettings<'a> {
 /// machine's for Pods (cluster DNS only).
 fn kubelet_config_yaml(settings: &KubeletSettings<'_>) -> String {
     let node = settings.node;
-    let empty_resolv_conf = node.dir.join("resolv.conf");
-    let _ = fs::write(&empty_resolv_conf, "");
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -587,7 +591,7 @@ staticPodPath: ""
         ca = settings.ca_file.display(),
         cert = settings.tls_cert.display(),
         key = settings.tls_key.display(),
-        resolv = empty_resolv_conf.display(),
+        resolv = node.empty_resolv_conf().display(),
         logs = node.dir.join("pod-logs").display(),
     )
 }
