@@ -149,7 +149,7 @@ fn every_image_is_named_as_the_manifests_name_it_and_runs_what_it_is_for() {
     let sources = local_cluster::repo_root().join("hack/k8s-tools");
     let tools = Tools::ensure(&sources).unwrap();
     let images = Images::ensure(&tools, &sources).unwrap();
-    assert_eq!(images.images.len(), 8, "{:?}", images.images);
+    assert_eq!(images.images.len(), 9, "{:?}", images.images);
     let archives: Vec<Archive> = images.images.iter().map(read_archive).collect();
     for (image, archive) in images.images.iter().zip(&archives) {
         assert!(image.archive.starts_with(&images.dir));
@@ -213,6 +213,24 @@ fn every_image_is_named_as_the_manifests_name_it_and_runs_what_it_is_for() {
     assert_eq!(
         strings(&coredns.config["config"]["Entrypoint"]),
         ["/coredns"]
+    );
+
+    // Its manifest runs `local-path-provisioner …` from PATH.
+    let provisioner_version = pinned(
+        &sources.join("local-path-provisioner/go.mod"),
+        "github.com/rancher/local-path-provisioner",
+    );
+    let provisioner = find(
+        &archives,
+        &format!("docker.io/rancher/local-path-provisioner:{provisioner_version}"),
+    );
+    assert_eq!(
+        strings(&provisioner.config["config"]["Cmd"]),
+        ["/usr/local/bin/local-path-provisioner"]
+    );
+    assert_eq!(
+        entry(provisioner, "usr/local/bin/local-path-provisioner").mode,
+        0o755
     );
 
     let nginx = find(&archives, "docker.io/library/nginx:latest");
