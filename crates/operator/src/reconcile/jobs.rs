@@ -2,7 +2,7 @@
 //! once per name, keeping a bounded history of finished ones, announcing each finished one once.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -14,7 +14,6 @@ use serde_json::json;
 
 use super::Error;
 use super::apply::is_controlled_by;
-use super::children::delete_child;
 use super::runner::cached;
 
 /// Where a Job stands.
@@ -133,62 +132,93 @@ pub async fn ensure_job(
     }
 }
 
-/// Finished Jobs, newest first, each with when it finished.
-#[derive(Default)]
-pub struct Finished {
-    pub succeeded: Vec<(Option<Time>, Arc<Job>)>,
-    pub failed: Vec<(Option<Time>, Arc<Job>)>,
+/// A Job as a plan sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeenJob {
+    pub name: String,
+    pub state: JobState,
+    pub created: Option<Time>,
 }
 
-impl Finished {
-    pub fn of(jobs: &[(Arc<Job>, JobState)]) -> Finished {
-        let mut finished = Finished::default();
-        for (job, state) in jobs {
-            match state {
-                JobState::Succeeded(at) => finished.succeeded.push((at.clone(), job.clone())),
-                JobState::Failed { at, .. } => finished.failed.push((at.clone(), job.clone())),
-                JobState::Running => {}
-            }
+impl SeenJob {
+    pub fn of(job: &Job) -> SeenJob {
+        SeenJob {
+            name: job.name_any(),
+            state: job_state(job),
+            created: job.metadata.creation_timestamp.clone(),
         }
-        let newest_first = |a: &(Option<Time>, Arc<Job>), b: &(Option<Time>, Arc<Job>)| {
-            b.0.as_ref().map(|t| t.0).cmp(&a.0.as_ref().map(|t| t.0))
-        };
-        finished.succeeded.sort_by(newest_first);
-        finished.failed.sort_by(newest_first);
-        finished
     }
 
-    /// The succeeded (then failed) Jobs that finished after `after`, oldest first: the ones not
-    /// recorded yet by a status that recorded everything up to `after`.
-    pub fn newer(
-        list: &[(Option<Time>, Arc<Job>)],
-        after: Option<&Time>,
-    ) -> Vec<(Option<Time>, Arc<Job>)> {
-        let after = after.map(|t| t.0);
-        list.iter()
-            .rev()
-            .filter(|(at, _)| at.as_ref().map(|t| t.0) > after)
-            .cloned()
-            .collect()
-    }
-
-    /// Deletes the Jobs beyond the newest `keep_succeeded` succeeded and `keep_failed` failed.
-    pub async fn trim(
-        &self,
-        api: &Api<Job>,
-        keep_succeeded: usize,
-        keep_failed: usize,
-    ) -> Result<(), Error> {
-        let old = self
-            .succeeded
-            .iter()
-            .skip(keep_succeeded)
-            .chain(self.failed.iter().skip(keep_failed));
-        for (_, job) in old {
-            delete_child(api, &job.name_any(), job.uid().as_deref()).await?;
+    /// When it finished, and whether it succeeded; `None` while it runs.
+    pub fn finished(&self) -> Option<(Option<Timestamp>, bool)> {
+        match &self.state {
+            JobState::Running => None,
+            JobState::Succeeded(at) => Some((at.as_ref().map(|t| t.0), true)),
+            JobState::Failed { at, .. } => Some((at.as_ref().map(|t| t.0), false)),
         }
-        Ok(())
     }
+}
+
+/// The finished Jobs beyond the newest `keep_succeeded` succeeded and `keep_failed` failed: the
+/// history to delete.
+pub fn beyond_history<'a>(
+    jobs: impl IntoIterator<Item = &'a SeenJob>,
+    keep_succeeded: usize,
+    keep_failed: usize,
+) -> Vec<String> {
+    let mut succeeded = Vec::new();
+    let mut failed = Vec::new();
+    for job in jobs {
+        match job.finished() {
+            Some((at, true)) => succeeded.push((at, job.name.as_str())),
+            Some((at, false)) => failed.push((at, job.name.as_str())),
+            None => {}
+        }
+    }
+    let mut old = Vec::new();
+    for (mut finished, keep) in [(succeeded, keep_succeeded), (failed, keep_failed)] {
+        finished.sort_by(|a, b| b.cmp(a));
+        old.extend(
+            finished
+                .iter()
+                .skip(keep)
+                .map(|(_, name)| (*name).to_owned()),
+        );
+    }
+    old
+}
+
+/// A Job that finished after the last one of its outcome a status recorded.
+pub struct NewlyFinished<'a, J> {
+    pub job: &'a J,
+    pub at: Timestamp,
+    pub succeeded: bool,
+}
+
+/// The Jobs that finished after `last_succeeded` (if they succeeded) or `last_failed` (if they
+/// failed), oldest first: the ones a status that recorded everything up to then has not. A Job
+/// with no finish time is never recorded.
+pub fn newly_finished<'a, J>(
+    jobs: &'a [J],
+    seen: impl Fn(&J) -> &SeenJob,
+    last_succeeded: Option<&Time>,
+    last_failed: Option<&Time>,
+) -> Vec<NewlyFinished<'a, J>> {
+    let mut newer: Vec<NewlyFinished<'a, J>> = jobs
+        .iter()
+        .filter_map(|job| {
+            let (at, succeeded) = seen(job).finished()?;
+            let at = at?;
+            let recorded = if succeeded {
+                last_succeeded
+            } else {
+                last_failed
+            };
+            (recorded.is_none_or(|t| at > t.0)).then_some(NewlyFinished { job, at, succeeded })
+        })
+        .collect();
+    newer.sort_by_key(|finished| finished.at);
+    newer
 }
 
 /// Which finished Jobs each object's events and metrics have announced, by when its latest

@@ -93,7 +93,7 @@ pub fn snapshot_file(backup: &str, slot: usize) -> String {
 }
 
 /// What one backup Job takes, from where.
-pub struct BackupJob<'a> {
+pub struct SnapshotJob<'a> {
     pub tick: Timestamp,
     /// Ticks passed over before this one (the operator was down, or a backup was running).
     pub skipped: u64,
@@ -108,7 +108,7 @@ pub struct BackupJob<'a> {
     pub timeout_seconds: i64,
 }
 
-pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &BackupJob<'_>) -> Job {
+pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &SnapshotJob<'_>) -> Job {
     let name = backup.name_any();
     let path = format!("{SNAPSHOTS_MOUNT}/{}", spec.file);
     let step = |container: &str, command: Vec<String>| Container {
@@ -217,7 +217,7 @@ mod tests {
         let job = backup_job(
             &backup,
             &owner,
-            &BackupJob {
+            &SnapshotJob {
                 tick,
                 skipped: 0,
                 file: "nightly-0.db",

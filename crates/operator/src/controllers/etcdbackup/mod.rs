@@ -1,22 +1,23 @@
 //! The EtcdBackup controller: snapshots of an EtcdCluster, one Job at a time. Each reconcile
-//! records the Jobs that finished (from the Jobs themselves, so nothing is lost if a status
-//! write is), then starts the backup that is due: the first one at once, then one per tick of
-//! the policy, never two at once and at most one catch-up after downtime. A snapshot is taken
-//! only from a healthy member of a cluster with a quorum (the one with the highest revision): a
-//! member cut off from the quorum may be missing acknowledged writes.
+//! observes its Jobs, lets the pure [`plan`] choose one step (start the backup that is due, or
+//! trim the Job history), takes it, and writes the pure [`status`], which records the Jobs that
+//! finished (from the Jobs themselves, so nothing is lost if a status write is). A snapshot is
+//! taken only from a healthy member of a cluster with a quorum (the one with the highest
+//! revision): a member cut off from the quorum may be missing acknowledged writes.
 //!
 //! Why a Job and not a stream through the operator: the snapshot lands in a claim only a Pod can
 //! mount, it may be gigabytes the operator would otherwise hold, `etcdctl` writes it atomically,
 //! and the Job's deadline bounds it even while the operator is down.
 
 mod children;
+pub mod plan;
+mod status;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use app_operator_api::conditions::{DEGRADED, PROGRESSING, READY};
-use app_operator_api::etcdbackup::{EtcdBackupStatus, SnapshotRecord};
+use app_operator_api::etcdbackup::SnapshotRecord;
 use app_operator_api::etcdcluster::EtcdClusterPhase;
 use app_operator_api::{EtcdBackup, EtcdCluster};
 use k8s_openapi::api::batch::v1::Job;
@@ -30,9 +31,11 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 
 use self::children::{
-    BackupJob, CLUSTER_LABEL, FILE_ANNOTATION, INSTANCE_LABEL, REVISION_ANNOTATION,
-    SIZE_ANNOTATION, SKIPPED_ANNOTATION, TICK_ANNOTATION, VERSION_ANNOTATION,
+    CLUSTER_LABEL, FILE_ANNOTATION, INSTANCE_LABEL, REVISION_ANNOTATION, SIZE_ANNOTATION,
+    SKIPPED_ANNOTATION, TICK_ANNOTATION, VERSION_ANNOTATION,
 };
+use self::plan::{BackupJob, Desired, Observed, Repeat, Step};
+use self::status::Taken;
 use crate::controllers::etcdcluster::address::Addressing;
 use crate::controllers::etcdcluster::image;
 use crate::controllers::etcdcluster::plan::quorum;
@@ -40,9 +43,8 @@ use crate::controllers::etcdcluster::version::Version;
 use crate::etcd::{EtcdApi, Status, members_with_status};
 use crate::reconcile::Error;
 use crate::reconcile::apply::{controlled, controller_reference};
-use crate::reconcile::children::create_child;
-use crate::reconcile::conditions::{self, set};
-use crate::reconcile::jobs::{Announced, Finished, JobState, Outcome, ensure_job, job_state};
+use crate::reconcile::children::{create_child, delete_child};
+use crate::reconcile::jobs::{Announced, JobState, Outcome, SeenJob, ensure_job, job_state};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
 use crate::reconcile::schedule::Schedule;
 use crate::telemetry::metrics::Metrics;
@@ -131,55 +133,42 @@ impl Reconciler for EtcdBackupReconciler {
             owner,
             shared,
         };
-        let mut status = backup.status.clone().unwrap_or_default();
         let now = Timestamp::now();
-
-        let jobs: Vec<(Arc<Job>, JobState)> = controlled(&self.jobs, &namespace, &uid)
-            .into_iter()
-            .map(|job| {
-                let state = job_state(&job);
-                (job, state)
-            })
-            .collect();
-        let running = jobs
-            .iter()
-            .find(|(_, state)| *state == JobState::Running)
-            .map(|(job, _)| job.name_any());
-        let mut busy = self.turn(backup, &namespace, None);
-        started(&mut status, &jobs);
-        let mut outcome = self.record(&context, &mut status, &jobs).await;
-        if outcome.is_ok() {
-            outcome = match self.schedule(
-                &context,
-                &mut status,
-                now,
-                running.is_some() || busy.is_some(),
-            ) {
-                Ok(Some(due)) => self
-                    .start(&context, &mut status, &due)
-                    .await
-                    .map(|waiting| {
-                        busy = busy.take().or(waiting);
-                    }),
-                Ok(None) => Ok(()),
-                Err(error) => Err(error),
-            };
-        }
-        if let Err(error @ Error::Waiting { .. }) = &outcome {
-            // The due backup could not start: that is the latest backup's outcome.
-            status.succeeded = false;
-            status.reason = Some(error.to_string());
-        }
-        finish(
+        let desired = desired(backup);
+        let observed = Observed {
+            jobs: controlled(&self.jobs, &namespace, &uid)
+                .iter()
+                .map(|job| backup_job(job))
+                .collect(),
+            last_tick: backup
+                .status
+                .as_ref()
+                .and_then(|s| s.last_schedule_time.as_ref())
+                .map(|t| t.0),
+            other_job: self.turn(backup, &namespace, None),
+            now,
+        };
+        let plan = plan::plan(&desired, &observed);
+        let (taken, outcome) = match &plan.step {
+            None => (Taken::Done, Ok(())),
+            Some(step) => match self.take(&context, step).await {
+                Ok(taken) => (taken, Ok(())),
+                Err(error) => (Taken::Done, Err(error)),
+            },
+        };
+        let status = status::status(
             backup,
-            &mut status,
-            running.as_deref(),
-            busy.as_deref(),
+            &observed,
+            &plan,
+            &taken,
             outcome.as_ref().err(),
-            &Time(now),
+            now,
         );
-        let then = match status.next_schedule_time.as_ref().map(|t| t.0) {
-            _ if busy.is_some() => Action::requeue(CLUSTER_BUSY_POLL),
+        self.announce(&context, &observed).await;
+        let then = match plan.next_tick {
+            _ if matches!(taken, Taken::TurnedAway { .. }) || observed.other_job.is_some() => {
+                Action::requeue(CLUSTER_BUSY_POLL)
+            }
             Some(next) => {
                 let wait = next.duration_since(now).unsigned_abs();
                 Action::requeue(wait.max(Duration::from_millis(100)))
@@ -199,12 +188,6 @@ impl Reconciler for EtcdBackupReconciler {
             self.metrics.forget_etcd_backup(namespace, name);
         }
     }
-}
-
-/// A backup to start now.
-struct Due {
-    tick: Timestamp,
-    skipped: u64,
 }
 
 impl EtcdBackupReconciler {
@@ -255,154 +238,74 @@ impl EtcdBackupReconciler {
         other
     }
 
-    /// Records the Jobs that finished since the status last did (in order), in the status,
-    /// events and metrics; trims the Job history.
-    async fn record(
-        &self,
-        context: &Context<'_>,
-        status: &mut EtcdBackupStatus,
-        jobs: &[(Arc<Job>, JobState)],
-    ) -> Result<(), Error> {
-        let finished = Finished::of(jobs);
-        let max = usize::try_from(policy(context.backup).max_backups)
-            .unwrap_or(1)
-            .max(1);
+    /// Events and metrics for the Jobs that finished since the status recorded (each once,
+    /// even when a pass reads a status older than its own last write).
+    async fn announce(&self, context: &Context<'_>, observed: &Observed) {
+        let previous = context.backup.status.clone().unwrap_or_default();
         let (namespace, name) = (&context.namespace, &context.name);
         let key = format!("{namespace}/{name}");
-        for (at, job) in Finished::newer(&finished.succeeded, status.last_success_date.as_ref()) {
-            let annotation = |key: &str| job.annotations().get(key).cloned().unwrap_or_default();
-            let record = SnapshotRecord {
-                file: annotation(FILE_ANNOTATION),
-                time: at.clone().unwrap_or_else(|| Time(Timestamp::now())),
-                etcd_revision: annotation(REVISION_ANNOTATION).parse().unwrap_or(0),
-                etcd_version: annotation(VERSION_ANNOTATION),
-                size_bytes: annotation(SIZE_ANNOTATION).parse().unwrap_or(0),
-                job: job.name_any(),
+        let metrics = &self.metrics;
+        for finished in status::newly_finished(&previous, &observed.jobs) {
+            let at = Time(finished.at);
+            let outcome = if finished.succeeded {
+                Outcome::Succeeded
+            } else {
+                Outcome::Failed
             };
-            // The claim the Job wrote to (the spec's may have changed since).
-            status.claim_name = job
-                .spec
-                .iter()
-                .filter_map(|spec| spec.template.spec.as_ref())
-                .flat_map(|pod| pod.volumes.iter().flatten())
-                .find_map(|volume| {
-                    Some(volume.persistent_volume_claim.as_ref()?.claim_name.clone())
-                })
-                .or(status.claim_name.take());
-            status.snapshots.retain(|kept| kept.file != record.file);
-            status.snapshots.insert(0, record.clone());
-            status.snapshots.truncate(max);
-            status.last_success_date = Some(record.time.clone());
-            status.etcd_revision = Some(record.etcd_revision);
-            status.etcd_version = Some(record.etcd_version.clone());
-            if !self.announced.first(&key, Outcome::Succeeded, at.as_ref()) {
+            if !self.announced.first(&key, outcome, Some(&at)) {
                 continue;
             }
-            self.metrics
-                .etcd_backups
-                .finished(namespace, name, "succeeded");
-            self.metrics
-                .etcd_backups
-                .set_last_success(namespace, name, record.time.0.as_second());
-            self.metrics
-                .set_etcd_snapshot_size(namespace, name, record.size_bytes);
-            let note = format!(
-                "Job {} saved snapshot {} (revision {}, etcd {})",
-                record.job, record.file, record.etcd_revision, record.etcd_version
-            );
-            context
-                .shared
-                .publish(
-                    context.backup,
-                    EventType::Normal,
-                    "BackupSucceeded",
-                    "Backup",
-                    note,
-                )
-                .await;
-        }
-        for (at, job) in Finished::newer(&finished.failed, status.last_failure_date.as_ref()) {
-            let why = match job_state(&job) {
-                JobState::Failed {
-                    reason, message, ..
-                } => format!("Job {} failed: {reason}: {message}", job.name_any()),
-                _ => format!("Job {} failed", job.name_any()),
-            };
-            status.last_failure_date = at.clone();
-            status.reason = Some(why.clone());
-            if !self.announced.first(&key, Outcome::Failed, at.as_ref()) {
-                continue;
-            }
-            self.metrics
-                .etcd_backups
-                .finished(namespace, name, "failed");
-            context
-                .shared
-                .publish(
-                    context.backup,
+            let (type_, reason, note) = if finished.succeeded {
+                let record = &finished.job.snapshot;
+                metrics.etcd_backups.finished(namespace, name, "succeeded");
+                metrics
+                    .etcd_backups
+                    .set_last_success(namespace, name, finished.at.as_second());
+                metrics.set_etcd_snapshot_size(namespace, name, record.size_bytes);
+                let note = format!(
+                    "Job {} saved snapshot {} (revision {}, etcd {})",
+                    record.job, record.file, record.etcd_revision, record.etcd_version
+                );
+                (EventType::Normal, "BackupSucceeded", note)
+            } else {
+                metrics.etcd_backups.finished(namespace, name, "failed");
+                (
                     EventType::Warning,
                     "BackupFailed",
-                    "Backup",
-                    why,
+                    status::failure(finished.job),
                 )
+            };
+            context
+                .shared
+                .publish(context.backup, type_, reason, "Backup", note)
                 .await;
         }
-        let when = |t: &Option<Time>| t.as_ref().map(|t| t.0);
-        status.succeeded = status.last_success_date.is_some()
-            && when(&status.last_success_date) >= when(&status.last_failure_date);
-        if status.succeeded {
-            status.reason = None;
-        }
-        let api: Api<Job> = Api::namespaced(context.shared.client.clone(), namespace);
-        finished.trim(&api, JOB_HISTORY, JOB_HISTORY).await
     }
 
-    /// The backup due now, if any: the first one at once, then the latest tick of the policy
-    /// since the last one started (the ticks before it are counted as skipped). None while one
-    /// runs. Sets the next tick in the status.
-    fn schedule(
-        &self,
-        context: &Context<'_>,
-        status: &mut EtcdBackupStatus,
-        now: Timestamp,
-        running: bool,
-    ) -> Result<Option<Due>, Error> {
-        let policy = policy(context.backup);
-        let repeat = match &policy.schedule {
-            Some(expression) => {
-                Some(
-                    Schedule::parse(expression).map_err(|message| Error::InvalidSpec {
-                        field: "spec.backupPolicy.schedule",
-                        message,
-                    })?,
-                )
+    /// Takes the plan's step.
+    async fn take(&self, context: &Context<'_>, step: &Step) -> Result<Taken, Error> {
+        match step {
+            Step::Start { tick, skipped } => self.start(context, *tick, *skipped).await,
+            Step::Trim { jobs } => {
+                let api: Api<Job> =
+                    Api::namespaced(context.shared.client.clone(), &context.namespace);
+                for job in jobs {
+                    let uid = cached(&self.jobs, job, &context.namespace).and_then(|j| j.uid());
+                    delete_child(&api, job, uid.as_deref()).await?;
+                }
+                Ok(Taken::Done)
             }
-            None => Schedule::every(policy.backup_interval_in_second),
-        };
-        let started = status.last_schedule_time.as_ref().map(|t| t.0);
-        let next_after = |tick: Timestamp| repeat.as_ref().and_then(|r| r.next_after(tick));
-        let due = match started {
-            None => Some((now, 0)),
-            Some(last) => repeat
-                .as_ref()
-                .and_then(|r| r.due(last, now))
-                .map(|due| (due.tick, due.skipped)),
-        };
-        status.next_schedule_time = next_after(started.unwrap_or(now).max(now)).map(Time);
-        if running {
-            return Ok(None);
         }
-        Ok(due.map(|(tick, skipped)| Due { tick, skipped }))
     }
 
-    /// Starts the backup `due`: checks the cluster and the destination, then creates its Job,
-    /// unless another EtcdBackup's Job copies the cluster now (returned: this one waits).
+    /// Starts the backup of `tick`: checks the cluster and the destination, then creates its
+    /// Job, unless another EtcdBackup's Job copies the cluster now (then this one waits).
     async fn start(
         &self,
         context: &Context<'_>,
-        status: &mut EtcdBackupStatus,
-        due: &Due,
-    ) -> Result<Option<String>, Error> {
+        tick: Timestamp,
+        skipped: u64,
+    ) -> Result<Taken, Error> {
         let backup = context.backup;
         let clusters: Api<EtcdCluster> =
             Api::namespaced(context.shared.client.clone(), &context.namespace);
@@ -424,7 +327,8 @@ impl EtcdBackupReconciler {
             })?;
         self.destination(context).await?;
         let source = self.source(&cluster, &context.namespace).await?;
-        let slot = next_slot(&status.snapshots, policy(backup).max_backups);
+        let kept = backup.status.as_ref().map(|s| s.snapshots.as_slice());
+        let slot = next_slot(kept.unwrap_or_default(), policy(backup).max_backups);
         let file = children::snapshot_file(&context.name, slot);
         let version = Version::parse(&source.version)
             .or_else(|| Version::parse(&cluster.spec.version))
@@ -435,9 +339,9 @@ impl EtcdBackupReconciler {
         let job = children::backup_job(
             backup,
             &context.owner,
-            &BackupJob {
-                tick: due.tick,
-                skipped: due.skipped,
+            &children::SnapshotJob {
+                tick,
+                skipped,
                 file: &file,
                 endpoint: &source.endpoint,
                 image: image(&cluster.spec.repository, &version),
@@ -447,32 +351,30 @@ impl EtcdBackupReconciler {
                 timeout_seconds: policy(backup).timeout_in_second,
             },
         );
-        if let Some(other) = self.turn(backup, &context.namespace, Some(&job.name_any())) {
-            return Ok(Some(other));
+        if let Some(other_job) = self.turn(backup, &context.namespace, Some(&job.name_any())) {
+            return Ok(Taken::TurnedAway { other_job });
         }
         let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
         let job = ensure_job(&self.jobs, &api, job, |job| {
             job.labels().get(INSTANCE_LABEL) == Some(&context.name)
         })
         .await?;
-        started(status, &[(Arc::new(job.clone()), JobState::Running)]);
         let mut note = format!(
             "Job {} takes snapshot {file} from {} (revision {})",
             job.name_any(),
             source.endpoint,
             source.revision
         );
-        if due.skipped > 0 {
+        if skipped > 0 {
             note.push_str(&format!(
-                "; {} earlier tick(s) passed without a backup (the operator was down or a backup was running)",
-                due.skipped
+                "; {skipped} earlier tick(s) passed without a backup (the operator was down or a backup was running)"
             ));
         }
         context
             .shared
             .publish(backup, EventType::Normal, "BackupStarted", "Backup", note)
             .await;
-        Ok(None)
+        Ok(Taken::Done)
     }
 
     /// The healthy voting member with the highest revision, if the cluster has a quorum.
@@ -582,35 +484,6 @@ impl EtcdBackupReconciler {
     }
 }
 
-/// Folds the Jobs started after the status's last tick into it (their tick, and the ticks they
-/// passed over). From the Jobs, so a pass that reads the object from a cache not yet showing the
-/// status written with a Job's start still counts it, once.
-fn started(status: &mut EtcdBackupStatus, jobs: &[(Arc<Job>, JobState)]) {
-    let mut newer: Vec<(Timestamp, i64)> = jobs
-        .iter()
-        .filter_map(|(job, _)| {
-            let annotations = job.annotations();
-            let tick: Timestamp = annotations.get(TICK_ANNOTATION)?.parse().ok()?;
-            let skipped = annotations
-                .get(SKIPPED_ANNOTATION)
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0);
-            Some((tick, skipped))
-        })
-        .filter(|(tick, _)| {
-            status
-                .last_schedule_time
-                .as_ref()
-                .is_none_or(|t| *tick > t.0)
-        })
-        .collect();
-    newer.sort();
-    for (tick, skipped) in newer {
-        status.last_schedule_time = Some(Time(tick));
-        status.skipped_schedules = status.skipped_schedules.saturating_add(skipped);
-    }
-}
-
 fn policy(backup: &EtcdBackup) -> app_operator_api::etcdbackup::BackupPolicy {
     backup.spec.backup_policy.clone().unwrap_or_default()
 }
@@ -634,89 +507,52 @@ fn next_slot(kept: &[SnapshotRecord], max_backups: i32) -> usize {
         .unwrap_or(0)
 }
 
-/// The conditions: Ready (the latest backup succeeded and nothing is in the way), Progressing
-/// (a backup runs, or waits for another one of the same cluster), Degraded (why backups fail or
-/// cannot start).
-fn finish(
-    backup: &EtcdBackup,
-    status: &mut EtcdBackupStatus,
-    running: Option<&str>,
-    busy: Option<&str>,
-    error: Option<&Error>,
-    now: &Time,
-) {
-    let latest = status.snapshots.first();
-    let ready = match (error, latest) {
-        (None, Some(latest)) if status.succeeded => conditions::Desired {
-            type_: READY,
-            status: true,
-            reason: "BackupSucceeded",
-            message: format!(
-                "snapshot {} at revision {} ({} kept)",
-                latest.file,
-                latest.etcd_revision,
-                status.snapshots.len()
-            ),
+/// What the spec asks for, as the plan reads it.
+fn desired(backup: &EtcdBackup) -> Desired {
+    let policy = policy(backup);
+    let repeat = match &policy.schedule {
+        Some(expression) => match Schedule::parse(expression) {
+            Ok(schedule) => Repeat::Every(schedule),
+            Err(message) => Repeat::Invalid(message),
         },
-        (Some(error), _) => conditions::Desired {
-            type_: READY,
-            status: false,
-            reason: error.reason(),
-            message: error.to_string(),
-        },
-        (None, _) if status.last_failure_date.is_some() && !status.succeeded => {
-            conditions::Desired {
-                type_: READY,
-                status: false,
-                reason: "BackupFailed",
-                message: status.reason.clone().unwrap_or_default(),
-            }
+        None => {
+            Schedule::every(policy.backup_interval_in_second).map_or(Repeat::Once, Repeat::Every)
         }
-        (None, _) => conditions::Desired {
-            type_: READY,
-            status: false,
-            reason: "NoBackupYet",
-            message: "no backup has finished yet".into(),
-        },
     };
-    let progressing = match (running, busy) {
-        (Some(job), _) => conditions::Desired {
-            type_: PROGRESSING,
-            status: true,
-            reason: "BackupRunning",
-            message: format!("Job {job} is taking a snapshot"),
-        },
-        (None, Some(job)) => conditions::Desired {
-            type_: PROGRESSING,
-            status: true,
-            reason: "WaitingForOtherBackup",
-            message: format!(
-                "Job {job} of another EtcdBackup is copying this cluster; one backup of a cluster runs at a time"
+    Desired {
+        repeat,
+        history: JOB_HISTORY,
+    }
+}
+
+/// A backup Job as the plan and the status read it: what the operator knew when it started it
+/// is in its annotations (the Job's containers cannot report back: the image has no shell).
+fn backup_job(job: &Job) -> BackupJob {
+    let annotation = |key: &str| job.annotations().get(key).cloned().unwrap_or_default();
+    let seen = SeenJob::of(job);
+    BackupJob {
+        tick: annotation(TICK_ANNOTATION).parse().ok(),
+        skipped: annotation(SKIPPED_ANNOTATION).parse().unwrap_or(0),
+        snapshot: SnapshotRecord {
+            file: annotation(FILE_ANNOTATION),
+            time: Time(
+                seen.finished()
+                    .and_then(|(at, _)| at)
+                    .unwrap_or(Timestamp::UNIX_EPOCH),
             ),
+            etcd_revision: annotation(REVISION_ANNOTATION).parse().unwrap_or(0),
+            etcd_version: annotation(VERSION_ANNOTATION),
+            size_bytes: annotation(SIZE_ANNOTATION).parse().unwrap_or(0),
+            job: seen.name.clone(),
         },
-        (None, None) => conditions::Desired {
-            type_: PROGRESSING,
-            status: false,
-            reason: "Idle",
-            message: "no backup is running".into(),
-        },
-    };
-    let degraded = match error {
-        None if !status.succeeded && status.last_failure_date.is_some() => conditions::Desired {
-            type_: DEGRADED,
-            status: true,
-            reason: "BackupFailed",
-            message: status.reason.clone().unwrap_or_default(),
-        },
-        _ => conditions::degraded(error, "backups run"),
-    };
-    let generation = backup.metadata.generation;
-    let previous = status.conditions.clone();
-    status.conditions = [ready, progressing, degraded]
-        .into_iter()
-        .map(|desired| set(&previous, desired, generation, now))
-        .collect();
-    status.observed_generation = generation;
+        claim: job
+            .spec
+            .iter()
+            .filter_map(|spec| spec.template.spec.as_ref())
+            .flat_map(|pod| pod.volumes.iter().flatten())
+            .find_map(|volume| Some(volume.persistent_volume_claim.as_ref()?.claim_name.clone())),
+        job: seen,
+    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! `SampleDB` (seed 003): a PostgreSQL database with its volumes, init Job, scheduled backups,
 //! restore at creation, offline upgrade and a snapshot before delete.
 //!
-//! Each reconcile is level-triggered and takes the next step only when the one before it is seen
-//! done: finalizer → credentials and connection → claims → Service → StatefulSet → init (or
-//! restore) Job once the database is Ready → backups on schedule, one at a time → upgrades with
-//! the database stopped. On deletion: stop → final snapshot Job → delete the data.
+//! Each reconcile observes the status recorded so far and the children in the cache, lets the
+//! pure [`plan`] choose the database to run and at most one step, applies the children every
+//! pass sets (credentials once, connection ConfigMap, claims, Service, StatefulSet), takes the
+//! step, and writes the pure [`status`]. On deletion the plan's cleanup runs instead: stop →
+//! final snapshot Job → delete the data.
 
 mod children;
+pub mod plan;
 pub mod scripts;
 mod status;
 
@@ -14,9 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use app_operator_api::SampleDB;
-use app_operator_api::sampledb::{
-    DeletionPolicy, FINALIZER, FinalSnapshotStatus, SampleDBStatus, UpgradeStatus,
-};
+use app_operator_api::sampledb::{FINALIZER, SampleDBStatus};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
@@ -31,11 +31,11 @@ use serde_json::json;
 
 pub use self::children::INSTANCE_LABEL;
 use self::children::{JobKind, ROLE_LABEL};
-use self::status::{Findings, Problem};
+use self::plan::{Backups, Database, Desired, Observed, Plan, Problem, Stage, Step};
 use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
 use crate::reconcile::finalizer::{Cleanup, finalize};
-use crate::reconcile::jobs::{Announced, Finished, JobState, Outcome, ensure_job, job_state};
+use crate::reconcile::jobs::{Announced, Outcome, SeenJob, ensure_job};
 use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
 use crate::reconcile::schedule::Schedule;
 use crate::reconcile::{Error, FIELD_MANAGER};
@@ -83,10 +83,10 @@ struct Context<'a> {
     shared: &'a Shared,
 }
 
-/// `a` is a newer PostgreSQL version than `b` (numeric, component by component).
-fn is_newer(a: &str, b: &str) -> bool {
-    let parse = |v: &str| -> Vec<u64> { v.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
-    parse(a) > parse(b)
+impl Context<'_> {
+    fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.shared.client.clone(), &self.namespace)
+    }
 }
 
 impl Reconciler for SampleDBReconciler {
@@ -124,39 +124,49 @@ impl Reconciler for SampleDBReconciler {
     }
 }
 
+/// What the spec asks for, as the plan reads it.
+fn desired(db: &SampleDB) -> Desired {
+    let spec = &db.spec;
+    let backups = match &spec.backup.schedule {
+        _ if spec.backup.suspend => Backups::Off,
+        None => Backups::Off,
+        Some(expression) => match Schedule::parse(expression) {
+            Ok(schedule) => Backups::On(schedule),
+            Err(message) => Backups::Invalid(message),
+        },
+    };
+    let keep = |limit: i32| usize::try_from(limit).unwrap_or(0);
+    Desired {
+        version: spec.version.clone(),
+        restoring: spec.restore.is_some(),
+        backups,
+        keep_succeeded: keep(spec.backup.successful_jobs_history_limit),
+        keep_failed: keep(spec.backup.failed_jobs_history_limit),
+        deletion: spec.deletion.policy,
+    }
+}
+
 impl SampleDBReconciler {
-    /// The live object: converge, then write the status and publish what changed.
+    /// The live object: plan, apply the children, take the step, write the status.
     async fn live(&self, context: &Context<'_>) -> Result<Action, Error> {
         let db = context.db;
-        let previous = db.status.clone().unwrap_or_default();
-        let mut status = previous.clone();
-        let mut findings = Findings::default();
         let now = Timestamp::now();
-        let converged = self
-            .converge(context, &mut status, &mut findings, now)
-            .await;
-        let (outcome, next_tick) = match converged {
-            Ok(next_tick) => (Ok(()), next_tick),
-            Err(error) => (Err(error), None),
-        };
-        status::finish(
-            db,
-            &mut status,
-            &findings,
-            outcome.as_ref().err(),
-            &Time(now),
-        );
-        self.announce(context, &previous, &status, &findings).await;
-        if let Some(last) = &status.backup.last_successful_time {
-            self.metrics.sampledb_backups.set_last_success(
-                &context.namespace,
-                &context.name,
-                last.0.as_second(),
-            );
+        let observed = self.observe(context, now);
+        let plan = plan::plan(&context.name, &desired(db), &observed);
+        let mut outcome = self.apply_children(context, &plan).await;
+        if outcome.is_ok()
+            && let Some(step) = &plan.step
+        {
+            outcome = self.take(context, &plan, step).await;
         }
-        let then = if findings.progress.is_some() {
+        let status = status::status(db, &observed, &plan, outcome.as_ref().err(), now);
+        let previous = db.status.clone().unwrap_or_default();
+        self.record_backups(context, &previous, &status, &observed);
+        self.announce(context, &previous, &status, plan.problem.as_ref())
+            .await;
+        let then = if plan.step.is_some() || plan.progress.is_some() {
             Action::requeue(POLL)
-        } else if let Some(next) = next_tick {
+        } else if let Some(next) = plan.next_backup {
             let wait = next.duration_since(now).unsigned_abs();
             Action::requeue(wait.max(Duration::from_millis(100)))
         } else {
@@ -169,18 +179,128 @@ impl SampleDBReconciler {
             .map(|()| then)
     }
 
-    /// Makes the children match the spec and takes the lifecycle's next step. Returns the next
-    /// backup tick, to wake up for it.
-    async fn converge(
-        &self,
-        context: &Context<'_>,
-        status: &mut SampleDBStatus,
-        findings: &mut Findings,
-        now: Timestamp,
-    ) -> Result<Option<Timestamp>, Error> {
+    /// Deletion: the plan's cleanup step, then the status; the finalizer goes once it is done.
+    async fn clean_up(&self, context: &Context<'_>) -> Result<Cleanup, Error> {
+        let db = context.db;
+        let now = Timestamp::now();
+        let observed = self.observe(context, now);
+        let plan = plan::clean_up(&context.name, &context.namespace, &desired(db), &observed);
+        let outcome = match &plan.step {
+            Some(step) => self.take(context, &plan, step).await,
+            None => Ok(()),
+        };
+        let status = status::status(db, &observed, &plan, outcome.as_ref().err(), now);
+        let cleanup = match (&plan.stage, &plan.problem) {
+            (Stage::Deleted, _) => Cleanup::Done,
+            (Stage::DeletionBlocked, Some(problem)) => Cleanup::Blocked {
+                reason: problem.reason,
+                message: problem.message.clone(),
+            },
+            _ => Cleanup::Wait(POLL),
+        };
+        context
+            .shared
+            .write_status(db, db.status.as_ref(), status, |_| {}, outcome)
+            .await
+            .map(|()| cleanup)
+    }
+
+    /// The status recorded so far and the children in the cache (found by name and label: a
+    /// Job without an owner, or under orphan propagation, is still ours).
+    fn observe(&self, context: &Context<'_>, now: Timestamp) -> Observed {
+        let db = context.db;
+        let status = db.status.clone().unwrap_or_default();
+        let namespace = context.namespace.as_str();
+        let jobs: Vec<Arc<Job>> = self
+            .jobs
+            .state()
+            .into_iter()
+            .filter(|job| {
+                job.namespace().as_deref() == Some(namespace)
+                    && is_ours(job.as_ref(), &context.name)
+            })
+            .collect();
+        let with_role = |kind: JobKind| {
+            jobs.iter()
+                .filter(move |job| role(job.as_ref()) == Some(kind.label()))
+                .map(|job| SeenJob::of(job))
+        };
+        let first_kind = if db.spec.restore.is_some() {
+            JobKind::Restore
+        } else {
+            JobKind::Init
+        };
+        let snapshot = children::final_snapshot_job_name(&context.name, &context.uid);
+        let pods = |wanted: &str| {
+            self.pods
+                .state()
+                .iter()
+                .filter(|pod| {
+                    pod.namespace().as_deref() == Some(namespace)
+                        && is_ours(pod.as_ref(), &context.name)
+                        && role(pod.as_ref()) == Some(wanted)
+                })
+                .count()
+        };
+        let stateful_set = self
+            .stateful_sets
+            .get(namespace, &context.name)
+            .filter(|set| is_ours(set.as_ref(), &context.name));
+        let database = stateful_set.map_or_else(Database::default, |set| Database {
+            exists: true,
+            stopped: set.spec.as_ref().and_then(|s| s.replicas) == Some(0),
+            terminating: set.metadata.deletion_timestamp.is_some(),
+            ready: set
+                .status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0)
+                > 0,
+            pods: 0,
+        });
+        Observed {
+            current_version: status.current_version.clone(),
+            upgrade: status.upgrade.clone(),
+            backups_since: status
+                .backup
+                .last_schedule_time
+                .as_ref()
+                .or(db.metadata.creation_timestamp.as_ref())
+                .map_or(now, |t| t.0),
+            snapshot_done: status
+                .final_snapshot
+                .as_ref()
+                .is_some_and(|s| s.completion_time.is_some()),
+            database: Database {
+                pods: pods("database"),
+                ..database
+            },
+            first_job: with_role(first_kind).next(),
+            upgrade_jobs: with_role(JobKind::Upgrade).collect(),
+            upgrade_pods: pods(JobKind::Upgrade.label()),
+            // Backups are the ones this SampleDB (this uid) controls.
+            backups: controlled(&self.jobs, namespace, &context.uid)
+                .iter()
+                .filter(|job| role(job.as_ref()) == Some(JobKind::Backup.label()))
+                .map(|job| SeenJob::of(job))
+                .collect(),
+            final_snapshot_job: with_role(JobKind::FinalSnapshot).find(|job| job.name == snapshot),
+            data_claim: cached(
+                &self.claims,
+                &children::data_claim(&context.name),
+                namespace,
+            )
+            .is_some_and(|claim| is_ours(claim.as_ref(), &context.name)),
+            now,
+        }
+    }
+
+    /// The children every live pass sets: the generated credentials (once), the connection
+    /// ConfigMap, the claims, the Service, and the StatefulSet at the plan's version and replicas.
+    async fn apply_children(&self, context: &Context<'_>, plan: &Plan) -> Result<(), Error> {
         let db = context.db;
         let client = &context.shared.client;
-        self.ensure_credentials(context, status).await?;
+        self.ensure_credentials(context).await?;
         self.config_maps
             .apply(
                 client,
@@ -201,58 +321,73 @@ impl SampleDBReconciler {
         self.services
             .apply(client, &context.uid, &children::service(db, &context.owner))
             .await?;
-
-        let backups = self.backup_jobs(context);
-        let backup_running = backups.iter().any(|(_, state)| *state == JobState::Running);
-        let (version, replicas) = self
-            .upgrade(context, status, findings, backup_running)
-            .await?;
-        let (stateful_set, _) = self
-            .stateful_sets
-            .apply(
-                client,
-                &context.uid,
-                &children::stateful_set(db, &context.owner, &version, replicas),
-            )
-            .await?;
-        let ready_replicas = stateful_set
-            .status
-            .as_ref()
-            .and_then(|s| s.ready_replicas)
-            .unwrap_or(0);
-        findings.database_ready = replicas > 0 && ready_replicas > 0;
-
-        if status.current_version.is_none() {
-            self.initialize(context, status, findings).await?;
+        if let Some((version, replicas)) = &plan.database {
+            let desired = children::stateful_set(db, &context.owner, version, *replicas);
+            self.stateful_sets
+                .apply(client, &context.uid, &desired)
+                .await?;
         }
-        self.record_backups(context, status, &backups).await?;
-        if status.current_version.is_some() && status.upgrade.is_none() {
-            return self
-                .schedule_backup(context, status, findings, now, backup_running)
-                .await;
+        Ok(())
+    }
+
+    /// Takes the plan's step.
+    async fn take(&self, context: &Context<'_>, plan: &Plan, step: &Step) -> Result<(), Error> {
+        let db = context.db;
+        let owner = &context.owner;
+        let current = plan.current_version.as_deref().unwrap_or_default();
+        match step {
+            Step::CreateFirstJob => {
+                self.ensure_job(context, children::first_job(db, owner))
+                    .await
+            }
+            Step::CreateUpgradeJob { from, to } => {
+                let desired = children::upgrade_job(db, owner, from, to);
+                self.ensure_job(context, desired).await
+            }
+            Step::StartBackup { tick, .. } => {
+                let desired = children::backup_job(db, owner, current, *tick);
+                self.ensure_job(context, desired).await
+            }
+            Step::CreateFinalSnapshotJob { version } => {
+                let desired = children::final_snapshot_job(db, &context.uid, version);
+                self.ensure_job(context, desired).await
+            }
+            Step::DeleteUpgradeJob { job } => self.delete_job(context, job).await,
+            Step::TrimBackups { jobs } => {
+                for job in jobs {
+                    self.delete_job(context, job).await?;
+                }
+                Ok(())
+            }
+            Step::StopDatabase => self.stop_database(context).await,
+            Step::DeleteData {
+                stateful_set,
+                snapshot_job,
+                data_claim,
+            } => {
+                self.delete_data(context, *stateful_set, *snapshot_job, *data_claim)
+                    .await
+            }
         }
-        Ok(None)
     }
 
     /// The generated credentials are created once (`create` only: the operator cannot read
-    /// Secrets) and recorded in the status; a user's Secret is only referenced.
-    async fn ensure_credentials(
-        &self,
-        context: &Context<'_>,
-        status: &mut SampleDBStatus,
-    ) -> Result<(), Error> {
-        let secret = children::credentials_secret(context.db);
-        if context.db.spec.credentials.secret_name.is_none()
-            && status.credentials_secret.as_deref() != Some(secret.as_str())
-        {
+    /// Secrets) and then recorded in the status; a user's Secret is only referenced.
+    async fn ensure_credentials(&self, context: &Context<'_>) -> Result<(), Error> {
+        let db = context.db;
+        let secret = children::credentials_secret(db);
+        let recorded = db
+            .status
+            .as_ref()
+            .and_then(|s| s.credentials_secret.as_deref());
+        if db.spec.credentials.secret_name.is_none() && recorded != Some(secret.as_str()) {
             let password = random_password()?;
-            let desired = children::generated_credentials(context.db, &context.owner, &password);
+            let desired = children::generated_credentials(db, &context.owner, &password);
             let api: Api<Secret> =
                 Api::namespaced(context.shared.client.clone(), &context.namespace);
             // One made by an earlier pass whose status write was lost is never overwritten.
             create_child(&api, &desired).await?;
         }
-        status.credentials_secret = Some(secret);
         Ok(())
     }
 
@@ -274,12 +409,13 @@ impl SampleDBReconciler {
                 .and_then(|r| r.requests.as_ref())
                 .and_then(|r| r.get("storage").cloned())
         };
+        let conflict = || Error::Conflict {
+            kind: "PersistentVolumeClaim".into(),
+            name: name.clone(),
+        };
         if let Some(current) = &current {
-            if !self.is_ours(current.as_ref(), &context.name) {
-                return Err(Error::Conflict {
-                    kind: "PersistentVolumeClaim".into(),
-                    name,
-                });
+            if !is_ours(current.as_ref(), &context.name) {
+                return Err(conflict());
             }
             if size(current) == size(&desired) {
                 return Ok(());
@@ -293,12 +429,9 @@ impl SampleDBReconciler {
                 kind: "PersistentVolumeClaim".into(),
                 name: name.clone(),
                 source,
-            })? && !self.is_ours(&existing, &context.name)
+            })? && !is_ours(&existing, &context.name)
             {
-                return Err(Error::Conflict {
-                    kind: "PersistentVolumeClaim".into(),
-                    name,
-                });
+                return Err(conflict());
             }
         }
         api.patch(
@@ -309,295 +442,103 @@ impl SampleDBReconciler {
         .await
         .map_err(|source| Error::Apply {
             kind: "PersistentVolumeClaim".into(),
-            name,
+            name: name.clone(),
             source,
         })?;
         Ok(())
     }
 
-    fn is_ours(&self, object: &impl Resource, db: &str) -> bool {
-        object
-            .meta()
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(INSTANCE_LABEL))
-            .map(String::as_str)
-            == Some(db)
-    }
-
-    /// The upgrade's step, if one is wanted: returns the version to run and the replicas. The
-    /// database is stopped (0 replicas, its Pods gone) before the upgrade Job starts; a failed
-    /// upgrade runs the old version again and is not retried until the version changes or the
-    /// Job is deleted; going back to `currentVersion` deletes the failed Job.
-    async fn upgrade(
+    /// Counts each backup that finished since the status recorded one (once, even when a pass
+    /// reads a status older than its own last write) and exports the last success.
+    fn record_backups(
         &self,
         context: &Context<'_>,
-        status: &mut SampleDBStatus,
-        findings: &mut Findings,
-        backup_running: bool,
-    ) -> Result<(String, i32), Error> {
-        let db = context.db;
-        let Some(current) = status.current_version.clone() else {
-            return Ok((db.spec.version.clone(), 1));
-        };
-        let wanted = &db.spec.version;
-        if let Some(upgrade) = status.upgrade.clone()
-            && &upgrade.to != wanted
-        {
-            // Given up (the version went back) or replaced by a newer target.
-            let job = children::upgrade_job_name(&context.name, &upgrade.to);
-            self.delete_job(context, &job).await?;
-            status.upgrade = None;
-        }
-        if wanted == &current || !is_newer(wanted, &current) {
-            return Ok((current, 1));
-        }
-        let upgrade = status.upgrade.get_or_insert_with(|| UpgradeStatus {
-            from: current.clone(),
-            to: wanted.clone(),
-            job: None,
-        });
-        let job_name = children::upgrade_job_name(&context.name, wanted);
-        let job = cached(&self.jobs, &job_name, &context.namespace);
-        match job.as_deref().map(job_state) {
-            Some(JobState::Succeeded(_)) => {
-                status.current_version = Some(wanted.clone());
-                status.upgrade = None;
-                Ok((wanted.clone(), 1))
-            }
-            Some(JobState::Failed { message, .. }) => {
-                findings.problem = Some(Problem {
-                    reason: "UpgradeFailed",
-                    message: format!(
-                        "upgrade Job {job_name} from {current} to {wanted} failed ({message}); the database runs {current} again. Set spec.version back to {current}, or delete the Job to retry"
-                    ),
-                });
-                Ok((current, 1))
-            }
-            Some(JobState::Running) => {
-                findings.upgrading = true;
-                findings.progress = Some((
-                    "Upgrading",
-                    format!("upgrade Job {job_name} is converting the data to {wanted}"),
-                ));
-                Ok((current, 0))
-            }
-            None => {
-                findings.upgrading = true;
-                if backup_running {
-                    findings.progress = Some((
-                        "WaitingForBackup",
-                        "the upgrade starts when the running backup ends".to_owned(),
-                    ));
-                    return Ok((current, 1));
-                }
-                if self.database_pods(context) > 0 {
-                    findings.progress = Some((
-                        "StoppingDatabase",
-                        format!("stopping the database to upgrade it from {current} to {wanted}"),
-                    ));
-                    return Ok((current, 0));
-                }
-                let desired = children::upgrade_job(db, &context.owner, &current, wanted);
-                self.ensure_job(context, desired).await?;
-                upgrade.job = Some(job_name.clone());
-                findings.progress = Some((
-                    "Upgrading",
-                    format!("upgrade Job {job_name} is converting the data to {wanted}"),
-                ));
-                Ok((current, 0))
-            }
-        }
-    }
-
-    /// The init (or restore) Job, once the database is Ready.
-    async fn initialize(
-        &self,
-        context: &Context<'_>,
-        status: &mut SampleDBStatus,
-        findings: &mut Findings,
-    ) -> Result<(), Error> {
-        if !findings.database_ready {
-            findings.progress = Some((
-                "WaitingForDatabase",
-                "waiting for the database Pod to be Ready".to_owned(),
-            ));
-            return Ok(());
-        }
-        let desired = children::first_job(context.db, &context.owner);
-        let name = desired.name_any();
-        let kind = if context.db.spec.restore.is_some() {
-            JobKind::Restore
-        } else {
-            JobKind::Init
-        };
-        match job_state(&self.ensure_job(context, desired).await?) {
-            JobState::Succeeded(_) => {
-                status.current_version = Some(context.db.spec.version.clone());
-            }
-            JobState::Failed { message, .. } => {
-                let (reason, what) = match kind {
-                    JobKind::Restore => ("RestoreJobFailed", "restore"),
-                    _ => ("InitJobFailed", "init"),
-                };
-                findings.init_failed = true;
-                findings.problem = Some(Problem {
-                    reason,
-                    message: format!(
-                        "{what} Job {name} failed ({message}); no backups run until it succeeds. Fix the cause and delete the Job to run it again"
-                    ),
-                });
-            }
-            JobState::Running => {
-                findings.progress = Some((
-                    "Initializing",
-                    format!("Job {name} is initializing the database"),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// The backup Jobs of this SampleDB, with their states (read once per reconcile).
-    fn backup_jobs(&self, context: &Context<'_>) -> Vec<(Arc<Job>, JobState)> {
-        controlled(&self.jobs, &context.namespace, &context.uid)
-            .into_iter()
-            .filter(|job| {
-                job.labels().get(ROLE_LABEL).map(String::as_str) == Some(JobKind::Backup.label())
-            })
-            .map(|job| {
-                let state = job_state(&job);
-                (job, state)
-            })
-            .collect()
-    }
-
-    /// Records finished backups in the status and metrics (each once: newer than the last one
-    /// recorded), and trims the history to its limits.
-    async fn record_backups(
-        &self,
-        context: &Context<'_>,
-        status: &mut SampleDBStatus,
-        backups: &[(Arc<Job>, JobState)],
-    ) -> Result<(), Error> {
-        let finished = Finished::of(backups);
+        previous: &SampleDBStatus,
+        status: &SampleDBStatus,
+        observed: &Observed,
+    ) {
         let key = format!("{}/{}", context.namespace, context.name);
-        let backup = &mut status.backup;
-        for (at, job) in Finished::newer(&finished.succeeded, backup.last_successful_time.as_ref())
-        {
-            backup.last_successful_time = at.clone();
-            backup.last_successful_job = Some(job.name_any());
-            if !self.announced.first(&key, Outcome::Succeeded, at.as_ref()) {
-                continue;
+        let backups = &self.metrics.sampledb_backups;
+        for finished in status::newly_finished(&previous.backup, &observed.backups) {
+            let (outcome, label) = if finished.succeeded {
+                (Outcome::Succeeded, "succeeded")
+            } else {
+                (Outcome::Failed, "failed")
+            };
+            if self
+                .announced
+                .first(&key, outcome, Some(&Time(finished.at)))
+            {
+                backups.finished(&context.namespace, &context.name, label);
             }
-            self.metrics
-                .sampledb_backups
-                .finished(&context.namespace, &context.name, "succeeded");
         }
-        for (at, job) in Finished::newer(&finished.failed, backup.last_failed_time.as_ref()) {
-            backup.last_failed_time = at.clone();
-            backup.last_failed_job = Some(job.name_any());
-            if !self.announced.first(&key, Outcome::Failed, at.as_ref()) {
-                continue;
-            }
-            self.metrics
-                .sampledb_backups
-                .finished(&context.namespace, &context.name, "failed");
+        if let Some(last) = &status.backup.last_successful_time {
+            backups.set_last_success(&context.namespace, &context.name, last.0.as_second());
         }
-        let policy = &context.db.spec.backup;
-        let keep = |limit: i32| usize::try_from(limit).unwrap_or(0);
-        let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
-        finished
-            .trim(
-                &api,
-                keep(policy.successful_jobs_history_limit),
-                keep(policy.failed_jobs_history_limit),
-            )
-            .await
-    }
-
-    /// Starts the backup of the latest due tick, unless one is running (never two at once) or
-    /// backups are suspended. Ticks passed over are counted. Returns the next tick.
-    async fn schedule_backup(
-        &self,
-        context: &Context<'_>,
-        status: &mut SampleDBStatus,
-        findings: &mut Findings,
-        now: Timestamp,
-        backup_running: bool,
-    ) -> Result<Option<Timestamp>, Error> {
-        let db = context.db;
-        let Some(expression) = &db.spec.backup.schedule else {
-            status.backup.next_schedule_time = None;
-            return Ok(None);
-        };
-        let schedule = match Schedule::parse(expression) {
-            Ok(schedule) => schedule,
-            Err(message) => {
-                findings.problem.get_or_insert(Problem {
-                    reason: "InvalidSchedule",
-                    message: format!("spec.backup.schedule: {message}; no backups run"),
-                });
-                status.backup.next_schedule_time = None;
-                return Ok(None);
-            }
-        };
-        if db.spec.backup.suspend {
-            status.backup.next_schedule_time = None;
-            return Ok(None);
-        }
-        let after = status
-            .backup
-            .last_schedule_time
-            .as_ref()
-            .or(db.metadata.creation_timestamp.as_ref())
-            .map_or(now, |t| t.0);
-        let next = if let Some(due) = schedule.due(after, now)
-            && !backup_running
-        {
-            let version = status.current_version.clone().unwrap_or_default();
-            let desired = children::backup_job(db, &context.owner, &version, due.tick);
-            self.ensure_job(context, desired).await?;
-            status.backup.last_schedule_time = Some(Time(due.tick));
-            status.backup.skipped_schedules = status
-                .backup
-                .skipped_schedules
-                .saturating_add(i64::try_from(due.skipped).unwrap_or(i64::MAX));
-            schedule.next_after(due.tick.max(now))
-        } else {
-            // Not due yet, or due while a backup runs: its end (a Job event) wakes us up.
-            schedule.next_after(now)
-        };
-        status.backup.next_schedule_time = next.map(Time);
-        Ok(next)
     }
 
     /// The Job `desired` names, cached or created (see [`ensure_job`]).
-    async fn ensure_job(&self, context: &Context<'_>, desired: Job) -> Result<Job, Error> {
-        let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
-        ensure_job(&self.jobs, &api, desired, |job| {
-            self.is_ours(job, &context.name)
+    async fn ensure_job(&self, context: &Context<'_>, desired: Job) -> Result<(), Error> {
+        ensure_job(&self.jobs, &context.jobs(), desired, |job| {
+            is_ours(job, &context.name)
         })
         .await
+        .map(drop)
     }
 
     async fn delete_job(&self, context: &Context<'_>, name: &str) -> Result<(), Error> {
-        let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
         let uid = cached(&self.jobs, name, &context.namespace).and_then(|job| job.uid());
-        delete_child(&api, name, uid.as_deref()).await
+        delete_child(&context.jobs(), name, uid.as_deref()).await
     }
 
-    /// The database Pods of this SampleDB that still exist (terminating ones included).
-    fn database_pods(&self, context: &Context<'_>) -> usize {
-        self.pods
-            .state()
-            .iter()
-            .filter(|pod| {
-                pod.namespace().as_deref() == Some(context.namespace.as_str())
-                    && self.is_ours(pod.as_ref(), &context.name)
-                    && pod.labels().get(ROLE_LABEL).map(String::as_str) == Some("database")
-            })
-            .count()
+    /// Scales the database to 0 (its Pods going away is observed by the next pass).
+    async fn stop_database(&self, context: &Context<'_>) -> Result<(), Error> {
+        let api: Api<StatefulSet> =
+            Api::namespaced(context.shared.client.clone(), &context.namespace);
+        let patch = json!({ "spec": { "replicas": 0 } });
+        match api
+            .patch(
+                &context.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(source) => Err(Error::Apply {
+                kind: "StatefulSet".into(),
+                name: context.name.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Deletes the StatefulSet, the final snapshot Job (its Pod, finished or not, holds the data
+    /// claim) and the data claim, as the plan says.
+    async fn delete_data(
+        &self,
+        context: &Context<'_>,
+        stateful_set: bool,
+        snapshot_job: bool,
+        data_claim: bool,
+    ) -> Result<(), Error> {
+        let client = &context.shared.client;
+        let namespace = &context.namespace;
+        if stateful_set && let Some(set) = self.stateful_sets.get(namespace, &context.name) {
+            let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+            delete_child(&api, &context.name, set.uid().as_deref()).await?;
+        }
+        if snapshot_job {
+            let job = children::final_snapshot_job_name(&context.name, &context.uid);
+            self.delete_job(context, &job).await?;
+        }
+        let data = children::data_claim(&context.name);
+        if data_claim && let Some(claim) = cached(&self.claims, &data, namespace) {
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+            delete_child(&api, &data, claim.uid().as_deref()).await?;
+        }
+        Ok(())
     }
 
     /// Publishes the events for what changed since `previous`.
@@ -606,9 +547,9 @@ impl SampleDBReconciler {
         context: &Context<'_>,
         previous: &SampleDBStatus,
         status: &SampleDBStatus,
-        findings: &Findings,
+        problem: Option<&Problem>,
     ) {
-        for event in events(&context.name, previous, status, findings) {
+        for event in events(&context.name, previous, status, problem) {
             context
                 .shared
                 .publish(
@@ -621,197 +562,27 @@ impl SampleDBReconciler {
                 .await;
         }
     }
+}
 
-    /// Deletion: by the policy, snapshot the stopped database into the backups volume, then
-    /// delete the StatefulSet and the data claim (the backups claim stays). The status says how
-    /// far it got; a failed snapshot blocks with the way out in the message.
-    async fn clean_up(&self, context: &Context<'_>) -> Result<Cleanup, Error> {
-        let db = context.db;
-        let mut status = db.status.clone().unwrap_or_default();
-        let mut findings = Findings {
-            deleting: true,
-            ..Findings::default()
-        };
-        let now = Time(Timestamp::now());
-        let shared = context.shared;
-        match self.take_down(context, &mut status, &mut findings).await {
-            Ok(cleanup) => {
-                if let Cleanup::Blocked { reason, message } = &cleanup {
-                    findings.problem = Some(Problem {
-                        reason,
-                        message: message.clone(),
-                    });
-                }
-                status::finish(db, &mut status, &findings, None, &now);
-                shared
-                    .write_status(db, db.status.as_ref(), status, |_| {}, Ok(()))
-                    .await
-                    .map(|()| cleanup)
-            }
-            Err(error) => {
-                status::finish(db, &mut status, &findings, Some(&error), &now);
-                // Returns the error (the runner reports it and retries).
-                shared
-                    .write_status(db, db.status.as_ref(), status, |_| {}, Err(error))
-                    .await
-                    .map(|()| Cleanup::Wait(POLL))
-            }
-        }
-    }
+/// The object carries this SampleDB's instance label.
+fn is_ours(object: &impl Resource, db: &str) -> bool {
+    object
+        .meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(INSTANCE_LABEL))
+        .map(String::as_str)
+        == Some(db)
+}
 
-    async fn take_down(
-        &self,
-        context: &Context<'_>,
-        status: &mut SampleDBStatus,
-        findings: &mut Findings,
-    ) -> Result<Cleanup, Error> {
-        let db = context.db;
-        let policy = db.spec.deletion.policy;
-        let snapshot_done = status
-            .final_snapshot
-            .as_ref()
-            .is_some_and(|s| s.completion_time.is_some());
-        // A database that never initialized has nothing to snapshot.
-        let snapshot = policy == DeletionPolicy::Snapshot
-            && !snapshot_done
-            && status.current_version.is_some();
-        if snapshot {
-            if let Some(wait) = self.stop_database(context, findings).await? {
-                return Ok(wait);
-            }
-            let version = status.current_version.clone().unwrap_or_default();
-            let desired = children::final_snapshot_job(db, &context.uid, &version);
-            let name = desired.name_any();
-            let job = self.ensure_job(context, desired).await?;
-            let record = status
-                .final_snapshot
-                .get_or_insert_with(|| FinalSnapshotStatus {
-                    job: name.clone(),
-                    start_time: job.metadata.creation_timestamp.clone(),
-                    completion_time: None,
-                });
-            match job_state(&job) {
-                JobState::Running => {
-                    findings.progress = Some((
-                        "Snapshotting",
-                        format!("final snapshot Job {name} is dumping the stopped database"),
-                    ));
-                    return Ok(Cleanup::Wait(POLL));
-                }
-                JobState::Succeeded(at) => {
-                    record.completion_time = at.or_else(|| Some(Time(Timestamp::now())));
-                }
-                JobState::Failed {
-                    reason, message, ..
-                } => {
-                    let (reason, what) = if reason == "DeadlineExceeded" {
-                        (
-                            "SnapshotTimedOut",
-                            "did not finish within spec.deletion.snapshotTimeoutSeconds",
-                        )
-                    } else {
-                        ("SnapshotFailed", "failed")
-                    };
-                    return Ok(Cleanup::Blocked {
-                        reason,
-                        message: format!(
-                            "the final snapshot Job {name} {what} ({message}); the SampleDB and its data are kept. To delete it without a snapshot: kubectl patch sampledb {} -n {} --type merge -p '{{\"spec\":{{\"deletion\":{{\"policy\":\"Delete\"}}}}}}'",
-                            context.name, context.namespace
-                        ),
-                    });
-                }
-            }
-        }
-        self.remove_data(context, policy, findings).await
-    }
-
-    /// Scales the database to 0 and waits for its Pods to be gone. `None` once stopped.
-    async fn stop_database(
-        &self,
-        context: &Context<'_>,
-        findings: &mut Findings,
-    ) -> Result<Option<Cleanup>, Error> {
-        // Found by name and label: under orphan propagation it no longer has our reference.
-        if let Some(stateful_set) = self.stateful_sets.get(&context.namespace, &context.name)
-            && self.is_ours(stateful_set.as_ref(), &context.name)
-            && stateful_set.spec.as_ref().and_then(|s| s.replicas) != Some(0)
-            && stateful_set.metadata.deletion_timestamp.is_none()
-        {
-            let api: Api<StatefulSet> =
-                Api::namespaced(context.shared.client.clone(), &context.namespace);
-            let patch = json!({ "spec": { "replicas": 0 } });
-            match api
-                .patch(
-                    &context.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(source) => {
-                    return Err(Error::Apply {
-                        kind: "StatefulSet".into(),
-                        name: context.name.clone(),
-                        source,
-                    });
-                }
-            }
-        }
-        if self.database_pods(context) > 0 {
-            findings.progress = Some((
-                "StoppingDatabase",
-                "stopping the database for its final snapshot".to_owned(),
-            ));
-            return Ok(Some(Cleanup::Wait(POLL)));
-        }
-        Ok(None)
-    }
-
-    /// Deletes the StatefulSet and, unless the policy is `Retain`, the data claim; done once
-    /// they are gone.
-    async fn remove_data(
-        &self,
-        context: &Context<'_>,
-        policy: DeletionPolicy,
-        findings: &mut Findings,
-    ) -> Result<Cleanup, Error> {
-        let client = &context.shared.client;
-        let mut left = Vec::new();
-        if let Some(stateful_set) = self.stateful_sets.get(&context.namespace, &context.name)
-            && self.is_ours(stateful_set.as_ref(), &context.name)
-        {
-            let api: Api<StatefulSet> = Api::namespaced(client.clone(), &context.namespace);
-            delete_child(&api, &context.name, stateful_set.uid().as_deref()).await?;
-            left.push(format!("StatefulSet {}", context.name));
-        }
-        // Its Pod, finished or not, holds the data claim (pvc-protection); the snapshot itself
-        // is the file in the backups volume.
-        let snapshot = children::final_snapshot_job_name(&context.name, &context.uid);
-        if cached(&self.jobs, &snapshot, &context.namespace).is_some() {
-            self.delete_job(context, &snapshot).await?;
-            left.push(format!("Job {snapshot}"));
-        }
-        let data = children::data_claim(&context.name);
-        if policy != DeletionPolicy::Retain
-            && let Some(claim) = cached(&self.claims, &data, &context.namespace)
-            && self.is_ours(claim.as_ref(), &context.name)
-        {
-            let api: Api<PersistentVolumeClaim> =
-                Api::namespaced(client.clone(), &context.namespace);
-            delete_child(&api, &data, claim.uid().as_deref()).await?;
-            left.push(format!("PersistentVolumeClaim {data}"));
-        }
-        if left.is_empty() {
-            return Ok(Cleanup::Done);
-        }
-        findings.progress = Some((
-            "DeletingData",
-            format!("waiting for {} to be gone", left.join(" and ")),
-        ));
-        Ok(Cleanup::Wait(POLL))
-    }
+/// What a Pod or Job does (`database`, or the Job's kind).
+fn role(object: &impl Resource) -> Option<&str> {
+    object
+        .meta()
+        .labels
+        .as_ref()?
+        .get(ROLE_LABEL)
+        .map(String::as_str)
 }
 
 /// One event to publish.
@@ -829,7 +600,7 @@ fn events(
     name: &str,
     previous: &SampleDBStatus,
     status: &SampleDBStatus,
-    findings: &Findings,
+    problem: Option<&Problem>,
 ) -> Vec<Announcement> {
     let event = |type_, reason, action, note| Announcement {
         type_,
@@ -843,7 +614,7 @@ fn events(
         .iter()
         .find(|c| c.type_ == app_operator_api::conditions::DEGRADED && c.status == "True")
         .map(|c| c.reason.as_str());
-    if let Some(problem) = &findings.problem
+    if let Some(problem) = problem
         && degraded_before != Some(problem.reason)
     {
         let note = problem.message.clone();
@@ -924,7 +695,6 @@ fn random_password() -> Result<String, Error> {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
 
@@ -936,14 +706,12 @@ mod tests {
         status.backup.last_schedule_time = Some(Time("2026-11-23T03:00:00Z".parse().unwrap()));
         status.backup.skipped_schedules = 2;
         status.backup.last_failed_job = Some("db-backup-20261123-025500".into());
-        let findings = Findings {
-            problem: Some(Problem {
-                reason: "InvalidSchedule",
-                message: "bad".into(),
-            }),
-            ..Findings::default()
+        let problem = Problem {
+            reason: "InvalidSchedule",
+            message: "bad".into(),
         };
-        let reasons: Vec<&str> = events("db", &previous, &status, &findings)
+        let problem = Some(&problem);
+        let reasons: Vec<&str> = events("db", &previous, &status, problem)
             .iter()
             .map(|e| e.reason)
             .collect();
@@ -957,7 +725,7 @@ mod tests {
                 "BackupFailed"
             ]
         );
-        let started = &events("db", &previous, &status, &findings)[2];
+        let started = &events("db", &previous, &status, problem)[2];
         assert_eq!(started.note, "started backup Job db-backup-20261123-030000");
         // Nothing changed: nothing to say (the problem is already the Degraded reason).
         status.conditions = vec![app_operator_api::conditions::Condition {
@@ -968,6 +736,6 @@ mod tests {
             observed_generation: None,
             last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
         }];
-        assert!(events("db", &status, &status, &findings).is_empty());
+        assert!(events("db", &status, &status, problem).is_empty());
     }
 }
