@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use app_operator::controllers::etcdcluster::address::Addressing;
-use app_operator::etcd::{MemberDns, MemberResolver};
+use app_operator::etcd::{EtcdClient, MemberDns, MemberResolver};
 use app_operator::manager::leader::LeaderElection;
 use app_operator::manager::{self, ControllerKind, Options, Timeouts};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -256,8 +256,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
             }
         }),
         etcd_addressing: args.etcd_member_addressing,
-        etcd_dns,
-        etcd_crash_after_member_add: None,
+        etcd_client: EtcdClient::gateway(etcd_dns),
         timeouts: Timeouts {
             request: args.request_timeout,
             watch: args.watch_timeout,

@@ -396,12 +396,12 @@ async fn an_operator_killed_between_member_add_and_pod_create_converges_after_re
     let target = Target::from(&ns);
     let dir = std::env::temp_dir().join(format!("etcd-members-{}", ns.name));
     let _runner = MemberRunner::start(ns.client.clone(), Some(&ns.name), &dir).await;
-    let crash = tokio_util::sync::CancellationToken::new();
-    let first = support::start_with(&ns, &[ControllerKind::Etcdcluster], Some(crash.clone())).await;
+    let (client, added) = support::etcd::DiesAfterMemberAdd::client();
+    let first = support::start_with(&ns, &[ControllerKind::Etcdcluster], client).await;
     kubectl_ok(&["apply", "-n", &ns.name, "-f", SAMPLE]);
     converged(&ns, CLUSTER, 1).await;
     resize(&ns, CLUSTER, 2).await;
-    tokio::time::timeout(SLOW, crash.cancelled())
+    tokio::time::timeout(SLOW, added.cancelled())
         .await
         .expect("a member add");
     drop(first);

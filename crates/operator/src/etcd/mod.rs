@@ -133,6 +133,27 @@ pub trait EtcdApi: Send + Sync {
     fn status<'a>(&'a self, endpoint: &'a str) -> BoxFuture<'a, Result<Status, EtcdError>>;
 }
 
+/// The etcd client the controllers share: the gateway in production; a test may put a
+/// fault-injecting one in its place.
+#[derive(Clone)]
+pub struct EtcdClient(pub std::sync::Arc<dyn EtcdApi>);
+
+impl EtcdClient {
+    /// The gateway, resolving member names with `resolver`.
+    pub fn gateway(resolver: MemberResolver) -> EtcdClient {
+        EtcdClient(std::sync::Arc::new(EtcdGateway::with_resolver(
+            GatewaySettings::default(),
+            resolver,
+        )))
+    }
+}
+
+impl std::fmt::Debug for EtcdClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EtcdClient")
+    }
+}
+
 /// Why an etcd call failed. Refusals carry etcd's own message and the endpoint that answered; the
 /// variant name is a bounded metric label, `reason()` a condition/event reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, IntoStaticStr)]

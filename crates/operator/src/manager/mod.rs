@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::controllers;
 use crate::controllers::etcdcluster::EtcdSettings;
 use crate::controllers::etcdcluster::address::Addressing;
-use crate::etcd::{EtcdGateway, GatewaySettings, MemberResolver};
+use crate::etcd::EtcdClient;
 use crate::reconcile::runner::Settings;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::readiness::Readiness;
@@ -66,11 +66,8 @@ pub struct Options {
     pub leader_election: Option<leader::LeaderElection>,
     /// How the EtcdCluster and EtcdBackup controllers reach etcd members.
     pub etcd_addressing: Addressing,
-    /// How they resolve the members' names.
-    pub etcd_dns: MemberResolver,
-    /// Test hook: the EtcdCluster controller cancels this right after adding a member and stops
-    /// before creating its Pod, as if the process had died between the two.
-    pub etcd_crash_after_member_add: Option<CancellationToken>,
+    /// The client both talk to etcd with.
+    pub etcd_client: EtcdClient,
     pub timeouts: Timeouts,
 }
 
@@ -210,11 +207,7 @@ pub fn start_controllers(
             ControllerKind::Etcdcluster => {
                 let etcd = EtcdSettings {
                     addressing: options.etcd_addressing,
-                    client: Arc::new(EtcdGateway::with_resolver(
-                        GatewaySettings::default(),
-                        options.etcd_dns.clone(),
-                    )),
-                    crash_after_member_add: options.etcd_crash_after_member_add.clone(),
+                    client: options.etcd_client.0.clone(),
                 };
                 running.spawn(
                     controllers::etcdcluster::NAME,
@@ -226,10 +219,7 @@ pub fn start_controllers(
                 controllers::etcdbackup::run(
                     settings,
                     options.etcd_addressing,
-                    Arc::new(EtcdGateway::with_resolver(
-                        GatewaySettings::default(),
-                        options.etcd_dns.clone(),
-                    )),
+                    options.etcd_client.0.clone(),
                     stop,
                 ),
             ),

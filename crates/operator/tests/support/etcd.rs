@@ -6,12 +6,16 @@ use std::time::Duration;
 
 use app_operator::api::EtcdCluster;
 use app_operator::controllers::etcdcluster::address::Addressing;
-use app_operator::etcd::{EtcdApi, EtcdGateway, GatewaySettings, Member};
+use app_operator::etcd::{
+    AddedMember, EtcdApi, EtcdClient, EtcdError, EtcdGateway, GatewaySettings, Member, Status,
+};
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{ListParams, Patch, PatchParams};
 use testkit::member_runner::MemberRunner;
 use testkit::{TestNamespace, eventually};
+use tokio_util::sync::CancellationToken;
 
 use super::condition;
 use app_operator::manager::ControllerKind;
@@ -162,4 +166,67 @@ pub async fn patch_spec(ns: &TestNamespace, cluster: &str, spec: serde_json::Val
         )
         .await
         .unwrap();
+}
+
+/// An etcd client whose first member add reaches etcd and then never returns, as if the
+/// operator died right after it: `added` is cancelled then. Everything else is the gateway's.
+pub struct DiesAfterMemberAdd {
+    gateway: EtcdGateway,
+    pub added: CancellationToken,
+}
+
+impl DiesAfterMemberAdd {
+    pub fn client() -> (EtcdClient, CancellationToken) {
+        let added = CancellationToken::new();
+        let client = DiesAfterMemberAdd {
+            gateway: EtcdGateway::with_resolver(GatewaySettings::default(), Default::default()),
+            added: added.clone(),
+        };
+        (EtcdClient(std::sync::Arc::new(client)), added)
+    }
+}
+
+impl EtcdApi for DiesAfterMemberAdd {
+    fn members<'a>(
+        &'a self,
+        endpoints: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<Member>, EtcdError>> {
+        self.gateway.members(endpoints)
+    }
+
+    fn add_member<'a>(
+        &'a self,
+        endpoints: &'a [String],
+        peer_url: &'a str,
+        learner: bool,
+    ) -> BoxFuture<'a, Result<AddedMember, EtcdError>> {
+        Box::pin(async move {
+            let added = self.gateway.add_member(endpoints, peer_url, learner).await;
+            if added.is_ok() && !self.added.is_cancelled() {
+                self.added.cancel();
+                return std::future::pending().await;
+            }
+            added
+        })
+    }
+
+    fn promote<'a>(
+        &'a self,
+        endpoints: &'a [String],
+        id: u64,
+    ) -> BoxFuture<'a, Result<Vec<Member>, EtcdError>> {
+        self.gateway.promote(endpoints, id)
+    }
+
+    fn remove<'a>(
+        &'a self,
+        endpoints: &'a [String],
+        id: u64,
+    ) -> BoxFuture<'a, Result<Vec<Member>, EtcdError>> {
+        self.gateway.remove(endpoints, id)
+    }
+
+    fn status<'a>(&'a self, endpoint: &'a str) -> BoxFuture<'a, Result<Status, EtcdError>> {
+        self.gateway.status(endpoint)
+    }
 }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use app_operator::controllers::etcdcluster::address::Addressing;
+use app_operator::etcd::{EtcdClient, MemberResolver};
 use app_operator::manager::{
     ControllerKind, Controllers, Options, Timeouts, api_client, start_controllers,
 };
@@ -48,18 +49,17 @@ impl Drop for Operator {
 /// Installs the CRDs (once per test binary) and starts `controllers` watching `namespace` only;
 /// returns once their caches have synced.
 pub async fn start(namespace: &TestNamespace, controllers: &[ControllerKind]) -> Operator {
-    start_with(namespace, controllers, None).await
+    start_with(namespace, controllers, gateway()).await
 }
 
-/// [`start`], with the EtcdCluster controller's crash hook armed: it cancels `crash` right after
-/// adding a member and stops before creating the member's Pod.
+/// [`start`], with the controllers talking to etcd through `etcd` (a fault-injecting client).
 pub async fn start_with(
     namespace: &TestNamespace,
     controllers: &[ControllerKind],
-    crash: Option<CancellationToken>,
+    etcd: EtcdClient,
 ) -> Operator {
     install_crds().await;
-    start_on(testkit::config().await, &namespace.name, controllers, crash).await
+    start_on(testkit::config().await, &namespace.name, controllers, etcd).await
 }
 
 /// Starts `controllers` watching `namespace`, as the ServiceAccount `account_namespace/account`
@@ -80,14 +80,19 @@ pub async fn start_as(
         format!("system:serviceaccounts:{account_namespace}"),
         "system:authenticated".to_owned(),
     ]);
-    start_on(config, namespace, controllers, None).await
+    start_on(config, namespace, controllers, gateway()).await
+}
+
+/// The gateway the operator uses, resolving names as the test machine does.
+pub fn gateway() -> EtcdClient {
+    EtcdClient::gateway(MemberResolver::default())
 }
 
 async fn start_on(
     config: kube::Config,
     namespace: &str,
     controllers: &[ControllerKind],
-    crash: Option<CancellationToken>,
+    etcd: EtcdClient,
 ) -> Operator {
     let metrics = Arc::new(Metrics::default());
     let client = api_client(config, Timeouts::default().request, &metrics).unwrap();
@@ -101,8 +106,7 @@ async fn start_on(
         metrics_cert_dir: None,
         leader_election: None,
         etcd_addressing: Addressing::Loopback,
-        etcd_dns: app_operator::etcd::MemberResolver::default(),
-        etcd_crash_after_member_add: crash,
+        etcd_client: etcd,
         timeouts: Timeouts::default(),
     };
     let readiness = Readiness::default();

@@ -28,7 +28,6 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use self::address::Addressing;
 pub use self::children::CLUSTER_LABEL;
@@ -51,14 +50,11 @@ const PROGRESS_POLL: Duration = Duration::from_secs(2);
 /// How soon to look again while a member does not answer or the cluster has no quorum.
 const HEALTH_POLL: Duration = Duration::from_secs(15);
 
-/// How the controller reaches members, and a hook for tests.
+/// How the controller reaches members.
 #[derive(Clone)]
 pub struct EtcdSettings {
     pub addressing: Addressing,
     pub client: Arc<dyn EtcdApi>,
-    /// Test hook: right after a member was added, cancel this and stop before creating its Pod,
-    /// as if the operator had died in between (the next one must finish the job).
-    pub crash_after_member_add: Option<CancellationToken>,
 }
 
 pub async fn run(
@@ -391,10 +387,6 @@ impl EtcdClusterReconciler {
                     .counted("add", etcd.add_member(endpoints, &peer, true).await)
                     .map_err(etcd_error("add a member"))?
                     .members;
-                if let Some(crash) = &self.etcd.crash_after_member_add {
-                    crash.cancel();
-                    return Ok(());
-                }
                 self.create_joining_pod(context, pod, &desired.version, &members)
                     .await?;
                 (
