@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use app_operator::controllers::etcdcluster::address::Addressing;
+use app_operator::etcd::address::Addressing;
 use app_operator::etcd::{EtcdClient, MemberDns, MemberResolver};
 use app_operator::manager::leader::LeaderElection;
 use app_operator::manager::{self, ControllerKind, Options, Timeouts};

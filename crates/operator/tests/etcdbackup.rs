@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use app_operator::api::{EtcdBackup, EtcdBackupStatus, EtcdCluster};
-use app_operator::controllers::etcdcluster::address::Addressing;
+use app_operator::etcd::address::Addressing;
 use app_operator::manager::ControllerKind;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use app_operator::api::EtcdCluster;
-use app_operator::controllers::etcdcluster::address::is_member_pod_name;
 use app_operator::etcd::Member;
+use app_operator::etcd::address::is_member_pod_name;
 use app_operator::manager::ControllerKind;
 use kube::ResourceExt;
 use kube::api::ListParams;

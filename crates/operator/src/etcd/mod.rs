@@ -5,8 +5,10 @@
 //! [`EtcdGateway`] is the real one, over etcd's v3 JSON gateway (plain HTTP). Its errors are
 //! [`EtcdError`]s: a variant for each refusal a controller can act on, in etcd's own words.
 
+pub mod address;
 mod gateway;
 mod resolve;
+pub mod version;
 
 use futures::future::{BoxFuture, join_all};
 use strum::IntoStaticStr;
@@ -131,6 +133,16 @@ pub trait EtcdApi: Send + Sync {
 
     /// The status of the one member at `endpoint` (answers without a leader, and on learners).
     fn status<'a>(&'a self, endpoint: &'a str) -> BoxFuture<'a, Result<Status, EtcdError>>;
+}
+
+/// Voting members needed for a quorum among `voting`.
+pub fn quorum(voting: usize) -> usize {
+    voting / 2 + 1
+}
+
+/// The image of etcd `version` from `repository` (an EtcdCluster's `spec.repository`).
+pub fn image(repository: &str, version: &version::Version) -> String {
+    format!("{repository}:{}", version.tag())
 }
 
 /// The etcd client the controllers share: the gateway in production; a test may put a

@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controllers;
 use crate::controllers::etcdcluster::EtcdSettings;
-use crate::controllers::etcdcluster::address::Addressing;
 use crate::etcd::EtcdClient;
+use crate::etcd::address::Addressing;
 use crate::reconcile::runner::Settings;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::readiness::Readiness;

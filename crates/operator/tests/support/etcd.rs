@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use app_operator::api::EtcdCluster;
-use app_operator::controllers::etcdcluster::address::Addressing;
+use app_operator::etcd::address::Addressing;
 use app_operator::etcd::{
     AddedMember, EtcdApi, EtcdClient, EtcdError, EtcdGateway, GatewaySettings, Member, Status,
 };

@@ -17,7 +17,7 @@ pub mod process;
 use std::sync::Arc;
 use std::time::Duration;
 
-use app_operator::controllers::etcdcluster::address::Addressing;
+use app_operator::etcd::address::Addressing;
 use app_operator::etcd::{EtcdClient, MemberResolver};
 use app_operator::manager::{
     ControllerKind, Controllers, Options, Timeouts, api_client, start_controllers,

@@ -36,11 +36,9 @@ use self::children::{
 };
 use self::plan::{BackupJob, Desired, Observed, Repeat, Step};
 use self::status::Taken;
-use crate::controllers::etcdcluster::address::Addressing;
-use crate::controllers::etcdcluster::image;
-use crate::controllers::etcdcluster::plan::quorum;
-use crate::controllers::etcdcluster::version::Version;
-use crate::etcd::{EtcdApi, Status, members_with_status};
+use crate::etcd::address::Addressing;
+use crate::etcd::version::Version;
+use crate::etcd::{EtcdApi, Status, image, members_with_status, quorum};
 use crate::reconcile::Error;
 use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::children::{create_child, delete_child};

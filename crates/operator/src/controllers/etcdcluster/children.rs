@@ -15,9 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::address::{Addressing, CLIENT_PORT, PEER_PORT};
-use super::plan::quorum;
-use super::version::Version;
+use crate::etcd::address::{Addressing, CLIENT_PORT, PEER_PORT};
+use crate::etcd::version::Version;
+use crate::etcd::{image, quorum};
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// The member's etcd version, as the coreos operator annotated it.
@@ -238,10 +238,6 @@ pub fn member_claim(
         spec: Some(spec),
         status: None,
     })
-}
-
-pub fn image(repository: &str, version: &Version) -> String {
-    format!("{repository}:{}", version.tag())
 }
 
 /// The etcd version a member Pod's image runs (from the annotation the operator sets with it).

@@ -4,13 +4,11 @@
 //! once it runs, removed before its Pod is deleted, replaced when its process is gone, upgraded
 //! one at a time — and nothing destructive happens without a quorum.
 
-pub mod address;
 mod children;
 pub mod plan;
 mod status;
-pub mod version;
 
-pub use children::{DATA_DIR, RESTORED_FROM_ANNOTATION, VERSION_ANNOTATION, image, selector};
+pub use children::{DATA_DIR, RESTORED_FROM_ANNOTATION, VERSION_ANNOTATION, selector};
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
@@ -29,11 +27,11 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use self::address::Addressing;
 pub use self::children::CLUSTER_LABEL;
 use self::children::{ClusterState, MemberPod as MemberPodSpec, pod_version};
 use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
-use self::version::Version;
+use crate::etcd::address::Addressing;
+use crate::etcd::version::Version;
 use crate::etcd::{self as etcd_api, EtcdApi, EtcdError};
 use crate::reconcile::apply::{controlled, controller_reference};
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
@@ -562,7 +560,7 @@ impl EtcdClusterReconciler {
             "metadata": { "annotations": { VERSION_ANNOTATION: version.to_string() } },
             "spec": { "containers": [{
                 "name": "etcd",
-                "image": children::image(&context.cluster.spec.repository, version),
+                "image": crate::etcd::image(&context.cluster.spec.repository, version),
             }]},
         });
         pods.patch(

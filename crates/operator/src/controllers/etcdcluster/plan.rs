@@ -6,7 +6,8 @@
 //! quorum holds; add a learner (scale out); remove a non-leader member (scale in); upgrade one
 //! member. Without quorum nothing destructive happens; paused observes only.
 
-use super::version::Version;
+use crate::etcd::quorum;
+use crate::etcd::version::Version;
 
 /// A member Pod as the cache shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,11 +148,6 @@ pub struct Plan {
     /// A member is joining, a learner awaits promotion, a member is upgrading or the size differs:
     /// look again soon, since etcd's progress sends no Kubernetes event.
     pub progressing: bool,
-}
-
-/// Voting members needed for a quorum among `voting`.
-pub fn quorum(voting: usize) -> usize {
-    voting / 2 + 1
 }
 
 /// Decides the next step. `new_pod` names a fresh member Pod if one is needed.

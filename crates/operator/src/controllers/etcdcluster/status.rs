@@ -7,7 +7,8 @@ use app_operator_api::{EtcdCluster, EtcdClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::children::selector;
-use super::plan::{Blocked, Desired, Membership, Observed, Plan, Step, quorum};
+use super::plan::{Blocked, Desired, Membership, Observed, Plan, Step};
+use crate::etcd::quorum;
 use crate::reconcile::Error;
 use crate::reconcile::conditions::{self, set};
 
@@ -245,8 +246,8 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::super::plan::{Member, MemberPod};
-    use super::super::version::Version;
     use super::*;
+    use crate::etcd::version::Version;
 
     fn cluster() -> EtcdCluster {
         let spec: EtcdClusterSpec =
