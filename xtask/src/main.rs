@@ -450,7 +450,7 @@ fn load(archive: &Path) -> Result<()> {
 }
 
 fn manifests() -> Result<()> {
-    for (file, content) in app_operator::manifests::generated_files(&repo())? {
+    for (file, content) in app_operator_manifests::generated_files(&repo())? {
         let path = repo().join(&file);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;

@@ -1,10 +1,8 @@
 //! app-operator: Kubernetes controllers for `MyApp`, `AppCluster` and `Sample`.
 
-pub mod api_reference;
 pub mod controllers;
 pub mod etcd;
 pub mod manager;
-pub mod manifests;
 pub mod reconcile;
 pub mod telemetry;
 

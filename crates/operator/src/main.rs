@@ -199,14 +199,15 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// Every CRD as one YAML stream (as `config/crd/bases/` has them, one document each).
 fn crds() -> ExitCode {
-    match app_operator::manifests::crd_files() {
-        Ok(files) => {
-            files.iter().for_each(|(_, yaml)| print!("{yaml}"));
-            ExitCode::SUCCESS
+    for crd in app_operator::api::crds() {
+        match serde_norway::to_string(&crd) {
+            Ok(yaml) => print!("---\n{yaml}"),
+            Err(error) => return fail(&format!("serializing the CRDs: {error}")),
         }
-        Err(error) => fail(&format!("serializing the CRDs: {error}")),
     }
+    ExitCode::SUCCESS
 }
 
 /// A `--log-level` that is not a tracing filter is refused at start, not silently replaced.
