@@ -4,12 +4,10 @@
 //! across restarts.
 
 use app_operator_api::{Sample, SampleStatus};
-use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use crate::reconcile::Error;
-use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared};
+use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Settings, Target};
 
 pub const NAME: &str = "sample";
 
@@ -24,28 +22,29 @@ struct SampleReconciler;
 impl Reconciler for SampleReconciler {
     type Object = Sample;
 
-    async fn reconcile(&self, sample: &Sample, shared: &Shared) -> Result<Action, Error> {
+    async fn reconcile(&self, target: &Target<'_, Sample>) -> Reconciled<SampleStatus> {
+        let sample = target.object;
         let generation = sample.metadata.generation;
         let observed = sample.status.as_ref().and_then(|s| s.observed_generation);
+        let mut announce = Vec::new();
         if observed != generation {
             let test_string = sample.spec.test_string.as_deref().unwrap_or_default();
             tracing::info!(
-                namespace = sample.namespace().unwrap_or_default(),
-                name = sample.name_any(),
+                namespace = target.namespace,
+                name = target.name,
                 test_string,
                 "Observed Sample"
             );
-            let note = format!("testString: {test_string:?}");
-            shared
-                .publish(sample, EventType::Normal, "Observed", "Reconcile", note)
-                .await;
+            announce.push(Announcement {
+                type_: EventType::Normal,
+                reason: "Observed".into(),
+                action: "Reconcile",
+                note: format!("testString: {test_string:?}"),
+            });
         }
         let status = SampleStatus {
             observed_generation: generation,
         };
-        shared
-            .write_status(sample, sample.status.as_ref(), status, |_| {}, Ok(()))
-            .await
-            .map(|()| Action::await_change())
+        Reconciled::status(status, Ok(()), Action::await_change()).announcing(announce)
     }
 }

@@ -13,7 +13,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
-use super::runner::{Cached, Shared};
+use super::runner::{Cached, Reconciled, Target};
 use super::{Error, FIELD_MANAGER};
 
 /// How far a deletion's cleanup has got.
@@ -77,48 +77,51 @@ pub fn finalizers_patch(meta: &ObjectMeta, finalizer: &str, present: bool) -> Va
 /// Runs `live` for a live object (after adding `finalizer`), or `cleanup` for one being deleted,
 /// removing the finalizer once the cleanup is done. A blocked cleanup is an error
 /// ([`Error::CleanupBlocked`], permanent: it waits for a change of the object).
-pub async fn finalize<K, L, C>(
-    shared: &Shared,
-    api: &Api<K>,
-    object: &K,
+pub async fn finalize<K, S, L, C>(
+    target: &Target<'_, K>,
     finalizer: &str,
     live: impl FnOnce() -> L,
     cleanup: impl FnOnce() -> C,
-) -> Result<Action, Error>
+) -> Reconciled<S>
 where
     K: Cached,
-    L: Future<Output = Result<Action, Error>>,
-    C: Future<Output = Result<Cleanup, Error>>,
+    L: Future<Output = Reconciled<S>>,
+    C: Future<Output = (Result<Cleanup, Error>, S)>,
 {
+    let (object, shared) = (target.object, target.shared);
+    let api: Api<K> = Api::namespaced(shared.client.clone(), &target.namespace);
+    let settled = |result: Result<bool, Error>| {
+        // The patch comes back through the watch and starts the next reconcile.
+        Reconciled::unchanged(result.map(|_| Action::await_change()))
+    };
     match stage(object.meta(), finalizer) {
-        Stage::AddFinalizer => {
-            set_finalizer(api, object, finalizer, true).await?;
-            // The patch comes back through the watch and starts the live reconcile.
-            Ok(Action::await_change())
-        }
+        Stage::AddFinalizer => settled(set_finalizer(&api, object, finalizer, true).await),
         Stage::Live => live().await,
-        Stage::Gone => Ok(Action::await_change()),
+        Stage::Gone => settled(Ok(false)),
         Stage::CleanUp => match cleanup().await {
-            Err(error) if error.is_namespace_terminating() => {
+            (Err(error), _) if error.is_namespace_terminating() => {
                 // Waiting would hold the namespace forever: nothing can be made there any more.
                 // Counted once: a second pass on a stale cache finds the object changed or gone.
-                if set_finalizer(api, object, finalizer, false).await? {
+                let removed = set_finalizer(&api, object, finalizer, false).await;
+                if let Ok(true) = removed {
                     tracing::info!(finalizer, %error, "namespace is being deleted; skipped the cleanup");
                     shared
                         .metrics
                         .cleanup_skipped(shared.controller, "NamespaceTerminating");
                 }
-                Ok(Action::await_change())
+                settled(removed)
             }
-            Err(error) => Err(error),
-            Ok(Cleanup::Done) => {
-                set_finalizer(api, object, finalizer, false).await?;
-                Ok(Action::await_change())
+            (Err(error), status) => Reconciled::status(status, Err(error), Action::await_change()),
+            // The object goes with the finalizer: no status to write.
+            (Ok(Cleanup::Done), _) => settled(set_finalizer(&api, object, finalizer, false).await),
+            (Ok(Cleanup::Wait(after)), status) => {
+                Reconciled::status(status, Ok(()), Action::requeue(after))
             }
-            Ok(Cleanup::Wait(after)) => Ok(Action::requeue(after)),
-            Ok(Cleanup::Blocked { reason, message }) => {
-                Err(Error::CleanupBlocked { reason, message })
-            }
+            (Ok(Cleanup::Blocked { reason, message }), status) => Reconciled::status(
+                status,
+                Err(Error::CleanupBlocked { reason, message }),
+                Action::await_change(),
+            ),
         },
     }
 }

@@ -2,6 +2,9 @@
 //! child kinds it owns and its reconcile ([`Reconciler`]); the runner does the rest, the same way
 //! for all of them:
 //! - watches into caches, and no reconcile before *every* cache of the controller has synced;
+//! - resolves the object once ([`Target`]: name, namespace, uid, owner reference, key), and
+//!   after the reconcile writes the status it returned (only when it changed) while publishing
+//!   the events it returned, then requeues as it said ([`Reconciled`]);
 //! - objects that do not decode are reported (WARN log, Warning event, metric), never fatal;
 //! - a span per reconcile (controller, namespace, name, reconcile id), the
 //!   `controller_runtime_*` metrics on every exit path, one Warning event per failure;
@@ -18,6 +21,7 @@ use std::time::Instant;
 use app_operator_api::conditions::{DEGRADED, HasConditions};
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action, Controller};
@@ -28,7 +32,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
-use super::apply::apply_status;
+use super::apply::{apply_status, controller_reference};
 use super::backoff::Backoff;
 use super::written::{Fingerprint, WrittenStatuses};
 use super::{Error, FIELD_MANAGER, managed_selector};
@@ -90,17 +94,113 @@ impl<K> Cached for K where
 /// A controller's own logic: what to do with one valid object of its kind.
 pub trait Reconciler: Send + Sync + 'static {
     /// The controller's primary kind.
-    type Object: Cached + serde::Serialize;
+    type Object: Cached + serde::Serialize + HasStatus;
 
-    /// Brings the world in line with `object`. Errors are the runner's to report and retry.
+    /// Brings the world in line with the target's object, and says what its status should be.
+    /// A failure in [`Reconciled::outcome`] is the runner's to report and retry.
     fn reconcile(
         &self,
-        object: &Self::Object,
-        shared: &Shared,
-    ) -> impl Future<Output = Result<Action, Error>> + Send;
+        target: &Target<'_, Self::Object>,
+    ) -> impl Future<Output = Reconciled<<Self::Object as HasStatus>::Status>> + Send;
 
     /// Drops what the controller remembers about the object `key` (`namespace/name`), which is gone.
     fn forget(&self, _key: &str) {}
+}
+
+/// A primary kind whose status the runner writes.
+pub trait HasStatus {
+    type Status: PartialEq + serde::Serialize + HasConditions + Send + Sync;
+
+    fn status(&self) -> Option<&Self::Status>;
+
+    /// Sets what changes only when the status is written (e.g. `lastUpdateTime`).
+    fn stamp(_status: &mut Self::Status) {}
+}
+
+/// The object a reconcile works on, resolved once by the runner.
+pub struct Target<'a, K> {
+    pub object: &'a K,
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    /// The controller reference its children carry.
+    pub owner: OwnerReference,
+    /// `namespace/name`, the key of per-object state.
+    pub key: String,
+    pub shared: &'a Shared,
+}
+
+impl<'a, K: Cached> Target<'a, K> {
+    fn resolve(object: &'a K, shared: &'a Shared) -> Result<Target<'a, K>, Error> {
+        let namespace = object
+            .namespace()
+            .ok_or(Error::MissingMetadata("namespace"))?;
+        let uid = object.uid().ok_or(Error::MissingMetadata("uid"))?;
+        let owner = controller_reference(object).ok_or(Error::MissingMetadata("uid"))?;
+        Ok(Target {
+            object,
+            name: object.name_any(),
+            key: key(object),
+            namespace,
+            uid,
+            owner,
+            shared,
+        })
+    }
+
+    /// Being deleted.
+    pub fn deleting(&self) -> bool {
+        self.object.meta().deletion_timestamp.is_some()
+    }
+}
+
+/// An event for the runner to publish on the reconciled object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announcement {
+    pub type_: EventType,
+    pub reason: String,
+    pub action: &'static str,
+    pub note: String,
+}
+
+/// How a reconcile ended: the status to show (`None`: leave it, e.g. going away), its failure if
+/// any, what to announce, and when to look again (on success).
+pub struct Reconciled<S> {
+    pub status: Option<S>,
+    pub outcome: Result<(), Error>,
+    pub announce: Vec<Announcement>,
+    pub then: Action,
+}
+
+impl<S> Reconciled<S> {
+    /// Shows `status`, reports `outcome`, then looks again as `then` says.
+    pub fn status(status: S, outcome: Result<(), Error>, then: Action) -> Reconciled<S> {
+        Reconciled {
+            status: Some(status),
+            outcome,
+            announce: Vec::new(),
+            then,
+        }
+    }
+
+    /// Leaves the status as it is.
+    pub fn unchanged(outcome: Result<Action, Error>) -> Reconciled<S> {
+        let (outcome, then) = match outcome {
+            Ok(then) => (Ok(()), then),
+            Err(error) => (Err(error), Action::await_change()),
+        };
+        Reconciled {
+            status: None,
+            outcome,
+            announce: Vec::new(),
+            then,
+        }
+    }
+
+    pub fn announcing(mut self, announce: Vec<Announcement>) -> Reconciled<S> {
+        self.announce = announce;
+        self
+    }
 }
 
 /// `namespace/name`, the key for logs and per-object state.
@@ -143,7 +243,7 @@ pub struct Runner<K: Cached> {
     triggers: Vec<BoxStream<'static, ObjectRef<Guarded<K>>>>,
 }
 
-impl<K: Cached + serde::Serialize> Runner<K> {
+impl<K: Cached + serde::Serialize + HasStatus> Runner<K> {
     /// A controller named `name` (metrics, logs, events) for every `K` in the watched namespace(s).
     pub fn new(name: &'static str, settings: &Settings) -> Runner<K> {
         let (store, events) = cache::<Guarded<K>>(settings, name, watcher::Config::default());
@@ -459,7 +559,13 @@ async fn reconcile<R: Reconciler>(
                 {
                     Ok(Action::await_change())
                 } else {
-                    context.reconciler.reconcile(valid, shared).await
+                    match Target::resolve(valid, shared) {
+                        Ok(target) => {
+                            let reconciled = context.reconciler.reconcile(&target).await;
+                            shared.finish(valid, reconciled).await
+                        }
+                        Err(error) => Err(error),
+                    }
                 }
             }
         };
@@ -589,25 +695,47 @@ impl Shared {
             .await;
     }
 
-    /// Writes `desired` status unless the object already has it or it was just written and the
-    /// cache does not show it yet (`stamp` marks a real change, e.g. `lastUpdateTime`). Returns
-    /// the reconcile's `outcome`, or the status write's error. In a namespace being deleted
-    /// nothing is written: it would be refused.
-    pub async fn write_status<K, S>(
+    /// Ends a reconcile: writes the status it returned while publishing what it announced, and
+    /// gives its requeue (or its failure, or the status write's).
+    async fn finish<K: Cached + HasStatus>(
         &self,
         object: &K,
-        current: Option<&S>,
-        mut desired: S,
-        stamp: impl FnOnce(&mut S),
+        reconciled: Reconciled<K::Status>,
+    ) -> Result<Action, Error> {
+        let Reconciled {
+            status,
+            outcome,
+            announce,
+            then,
+        } = reconciled;
+        // Independent: sent together, a reconcile holds its worker for one round trip less.
+        let announced = async {
+            for event in announce {
+                self.publish(object, event.type_, &event.reason, event.action, event.note)
+                    .await;
+            }
+        };
+        let written = async {
+            match status {
+                Some(status) => self.write_status(object, status, outcome).await,
+                None => outcome,
+            }
+        };
+        let ((), result) = futures::join!(announced, written);
+        result.map(|()| then)
+    }
+
+    /// Writes `desired` status unless the object already has it or it was just written and the
+    /// cache does not show it yet ([`HasStatus::stamp`] marks a real change, e.g.
+    /// `lastUpdateTime`). Returns the reconcile's `outcome`, or the status write's error. In a
+    /// namespace being deleted nothing is written: it would be refused.
+    async fn write_status<K: Cached + HasStatus>(
+        &self,
+        object: &K,
+        mut desired: K::Status,
         outcome: Result<(), Error>,
-    ) -> Result<(), Error>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + Debug
-            + DeserializeOwned,
-        S: PartialEq + serde::Serialize + HasConditions,
-    {
+    ) -> Result<(), Error> {
+        let current = object.status();
         if outcome.as_ref().is_err_and(Error::is_namespace_terminating) {
             return outcome;
         }
@@ -628,7 +756,7 @@ impl Shared {
         if current == Some(&desired) || written {
             return outcome;
         }
-        stamp(&mut desired);
+        K::stamp(&mut desired);
         let written = apply_status(&self.client, object, &desired).await;
         if let (Ok(()), Some(fingerprint)) = (&written, fingerprint) {
             self.written.wrote(key, version, fingerprint);

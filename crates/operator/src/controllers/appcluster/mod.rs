@@ -13,25 +13,25 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use app_operator_api::AppCluster;
+use app_operator_api::{AppCluster, AppClusterStatus};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
-use kube::{Resource, ResourceExt};
 
 use self::expectations::{Expectations, Seen};
 use self::pods::{is_active, is_finished, is_ready, surplus};
 use self::status::status;
 use crate::reconcile::Error;
-use crate::reconcile::apply::{controlled, controller_reference};
+use crate::reconcile::apply::controlled;
 use crate::reconcile::backoff::Backoff;
 use crate::reconcile::children::delete_child;
-use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, key};
+use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Settings, Target};
 
 pub const NAME: &str = "appcluster";
 
@@ -68,24 +68,20 @@ struct AppClusterReconciler {
 impl Reconciler for AppClusterReconciler {
     type Object = AppCluster;
 
-    async fn reconcile(&self, cluster: &AppCluster, shared: &Shared) -> Result<Action, Error> {
-        let object_key = key(cluster);
-        let namespace = cluster
-            .namespace()
-            .ok_or(Error::MissingMetadata("namespace"))?;
-        let uid = cluster.uid().ok_or(Error::MissingMetadata("uid"))?;
-        if cluster.meta().deletion_timestamp.is_some() {
+    async fn reconcile(&self, target: &Target<'_, AppCluster>) -> Reconciled<AppClusterStatus> {
+        let (cluster, object_key) = (target.object, &target.key);
+        if target.deleting() {
             // Going away; the garbage collector removes its Pods.
-            return Ok(Action::await_change());
+            return Reconciled::unchanged(Ok(Action::await_change()));
         }
-        let owned = controlled(&self.pods, &namespace, &uid);
+        let owned = controlled(&self.pods, &target.namespace, &target.uid);
         let by_name: HashMap<String, &Pod> = owned
             .iter()
             .map(|pod| (pod.name_any(), pod.as_ref()))
             .collect();
         let synced = self
             .expectations
-            .satisfied(&object_key, |name| match by_name.get(name) {
+            .satisfied(object_key, |name| match by_name.get(name) {
                 Some(pod) if pod.metadata.deletion_timestamp.is_none() => Seen::Present,
                 _ => Seen::Gone,
             });
@@ -98,19 +94,15 @@ impl Reconciler for AppClusterReconciler {
 
         // Act only on a cache that reflects our own last writes; otherwise wait for their events
         // (the requeue is only a safety net).
-        let (outcome, then) = if synced {
-            self.scale(cluster, &namespace, &owned, &active, shared)
-                .await
+        let (outcome, then, announce) = if synced {
+            self.scale(target, &owned, &active).await
         } else {
-            (Ok(()), Action::requeue(Duration::from_secs(10)))
+            (Ok(()), Action::requeue(Duration::from_secs(10)), Vec::new())
         };
 
         let now = Time(Timestamp::now());
         let desired = status(cluster, active.len(), ready, outcome.as_ref().err(), &now);
-        shared
-            .write_status(cluster, cluster.status.as_ref(), desired, |_| {}, outcome)
-            .await
-            .map(|()| then)
+        Reconciled::status(desired, outcome, then).announcing(announce)
     }
 
     fn forget(&self, key: &str) {
@@ -125,14 +117,12 @@ impl AppClusterReconciler {
     /// next reconcile may act.
     async fn scale(
         &self,
-        cluster: &AppCluster,
-        namespace: &str,
+        target: &Target<'_, AppCluster>,
         owned: &[Arc<Pod>],
         active: &[&Pod],
-        shared: &Shared,
-    ) -> (Result<(), Error>, Action) {
-        let object_key = key(cluster);
-        let api: Api<Pod> = Api::namespaced(shared.client.clone(), namespace);
+    ) -> (Result<(), Error>, Action, Vec<Announcement>) {
+        let (cluster, object_key) = (target.object, &target.key);
+        let api: Api<Pod> = Api::namespaced(target.shared.client.clone(), &target.namespace);
         let size = usize::try_from(cluster.spec.size).unwrap_or(0);
         let finished: Vec<&Pod> = owned
             .iter()
@@ -140,7 +130,7 @@ impl AppClusterReconciler {
             .filter(|pod| is_finished(pod))
             .collect();
         let mut then = Action::await_change();
-        let (replaced, waiting) = match self.failed_pods.remaining(&object_key) {
+        let (replaced, waiting) = match self.failed_pods.remaining(object_key) {
             Some(delay) if !finished.is_empty() => {
                 then = Action::requeue(delay);
                 (Vec::new(), finished.len())
@@ -150,7 +140,7 @@ impl AppClusterReconciler {
         // Replacements are not reset by a Ready Pod: a crashing container is Ready for a while
         // before each failure. The backoff starts over after ten quiet minutes instead.
         if !replaced.is_empty() {
-            self.failed_pods.failed(&object_key);
+            self.failed_pods.failed(object_key);
         }
         let to_delete: Vec<String> = if active.len() > size {
             replaced
@@ -165,17 +155,14 @@ impl AppClusterReconciler {
 
         let deleted = delete_pods(&api, to_delete).await;
         self.expectations.add(
-            &object_key,
+            object_key,
             [],
             deleted.iter().filter_map(|r| r.as_ref().ok().cloned()),
         );
-        let Some(owner) = controller_reference(cluster) else {
-            return (Err(Error::MissingMetadata("uid")), then);
-        };
-        let template = pod(cluster, owner);
+        let template = pod(cluster, target.owner.clone());
         let created = create_pods(&api, &template, missing.min(BURST)).await;
         self.expectations.add(
-            &object_key,
+            object_key,
             created.iter().filter_map(|r| r.as_ref().ok().cloned()),
             [],
         );
@@ -192,17 +179,21 @@ impl AppClusterReconciler {
                 "Deleted",
             ),
         ];
-        for (count, reason, verb) in counts.into_iter().filter(|(count, _, _)| *count > 0) {
-            let note = format!("{verb} {count} pod(s) for size {size}");
-            shared
-                .publish(cluster, EventType::Normal, reason, "Scale", note)
-                .await;
-        }
+        let announce = counts
+            .into_iter()
+            .filter(|(count, _, _)| *count > 0)
+            .map(|(count, reason, verb)| Announcement {
+                type_: EventType::Normal,
+                reason: reason.into(),
+                action: "Scale",
+                note: format!("{verb} {count} pod(s) for size {size}"),
+            })
+            .collect();
         let outcome = created
             .into_iter()
             .chain(deleted)
             .try_for_each(|r| r.map(|_| ()));
-        (outcome, then)
+        (outcome, then, announce)
     }
 }
 

@@ -17,12 +17,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use app_operator_api::etcdbackup::SnapshotRecord;
+use app_operator_api::etcdbackup::{EtcdBackupStatus, SnapshotRecord};
 use app_operator_api::etcdcluster::EtcdClusterPhase;
 use app_operator_api::{EtcdBackup, EtcdCluster};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -40,10 +40,12 @@ use crate::etcd::address::Addressing;
 use crate::etcd::version::Version;
 use crate::etcd::{EtcdApi, Status, image, members_with_status, quorum};
 use crate::reconcile::Error;
-use crate::reconcile::apply::{controlled, controller_reference};
+use crate::reconcile::apply::controlled;
 use crate::reconcile::children::{create_child, delete_child};
 use crate::reconcile::jobs::{Announced, JobState, Outcome, SeenJob, ensure_job, job_state};
-use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
+use crate::reconcile::runner::{
+    Announcement, Reconciled, Reconciler, Runner, Settings, Target, cached,
+};
 use crate::reconcile::schedule::Schedule;
 use crate::telemetry::metrics::Metrics;
 
@@ -98,15 +100,6 @@ struct Turn {
     since: Instant,
 }
 
-/// What one reconcile works on.
-struct Context<'a> {
-    backup: &'a EtcdBackup,
-    name: String,
-    namespace: String,
-    owner: OwnerReference,
-    shared: &'a Shared,
-}
-
 /// The member a snapshot is taken from.
 struct Source {
     endpoint: String,
@@ -118,23 +111,12 @@ struct Source {
 impl Reconciler for EtcdBackupReconciler {
     type Object = EtcdBackup;
 
-    async fn reconcile(&self, backup: &EtcdBackup, shared: &Shared) -> Result<Action, Error> {
-        let namespace = backup
-            .namespace()
-            .ok_or(Error::MissingMetadata("namespace"))?;
-        let uid = backup.uid().ok_or(Error::MissingMetadata("uid"))?;
-        let owner = controller_reference(backup).ok_or(Error::MissingMetadata("uid"))?;
-        let context = Context {
-            backup,
-            name: backup.name_any(),
-            namespace: namespace.clone(),
-            owner,
-            shared,
-        };
+    async fn reconcile(&self, context: &Target<'_, EtcdBackup>) -> Reconciled<EtcdBackupStatus> {
+        let (backup, namespace, uid) = (context.object, &context.namespace, &context.uid);
         let now = Timestamp::now();
         let desired = desired(backup);
         let observed = Observed {
-            jobs: controlled(&self.jobs, &namespace, &uid)
+            jobs: controlled(&self.jobs, namespace, uid)
                 .iter()
                 .map(|job| backup_job(job))
                 .collect(),
@@ -143,13 +125,13 @@ impl Reconciler for EtcdBackupReconciler {
                 .as_ref()
                 .and_then(|s| s.last_schedule_time.as_ref())
                 .map(|t| t.0),
-            other_job: self.turn(backup, &namespace, None),
+            other_job: self.turn(backup, namespace, None),
             now,
         };
         let plan = plan::plan(&desired, &observed);
         let (taken, outcome) = match &plan.step {
             None => (Taken::Done, Ok(())),
-            Some(step) => match self.take(&context, step).await {
+            Some(step) => match self.take(context, step).await {
                 Ok(taken) => (taken, Ok(())),
                 Err(error) => (Taken::Done, Err(error)),
             },
@@ -162,7 +144,7 @@ impl Reconciler for EtcdBackupReconciler {
             outcome.as_ref().err(),
             now,
         );
-        self.announce(&context, &observed).await;
+        let announce = self.announcements(context, &observed);
         let then = match plan.next_tick {
             _ if matches!(taken, Taken::TurnedAway { .. }) || observed.other_job.is_some() => {
                 Action::requeue(CLUSTER_BUSY_POLL)
@@ -174,10 +156,7 @@ impl Reconciler for EtcdBackupReconciler {
             // A running Job's end is a Job event.
             None => Action::await_change(),
         };
-        shared
-            .write_status(backup, backup.status.as_ref(), status, |_| {}, outcome)
-            .await
-            .map(|()| then)
+        Reconciled::status(status, outcome, then).announcing(announce)
     }
 
     fn forget(&self, key: &str) {
@@ -238,11 +217,16 @@ impl EtcdBackupReconciler {
 
     /// Events and metrics for the Jobs that finished since the status recorded (each once,
     /// even when a pass reads a status older than its own last write).
-    async fn announce(&self, context: &Context<'_>, observed: &Observed) {
-        let previous = context.backup.status.clone().unwrap_or_default();
+    fn announcements(
+        &self,
+        context: &Target<'_, EtcdBackup>,
+        observed: &Observed,
+    ) -> Vec<Announcement> {
+        let previous = context.object.status.clone().unwrap_or_default();
         let (namespace, name) = (&context.namespace, &context.name);
         let key = format!("{namespace}/{name}");
         let metrics = &self.metrics;
+        let mut announce = Vec::new();
         for finished in status::newly_finished(&previous, &observed.jobs) {
             let at = Time(finished.at);
             let outcome = if finished.succeeded {
@@ -273,15 +257,18 @@ impl EtcdBackupReconciler {
                     status::failure(finished.job),
                 )
             };
-            context
-                .shared
-                .publish(context.backup, type_, reason, "Backup", note)
-                .await;
+            announce.push(Announcement {
+                type_,
+                reason: reason.into(),
+                action: "Backup",
+                note,
+            });
         }
+        announce
     }
 
     /// Takes the plan's step.
-    async fn take(&self, context: &Context<'_>, step: &Step) -> Result<Taken, Error> {
+    async fn take(&self, context: &Target<'_, EtcdBackup>, step: &Step) -> Result<Taken, Error> {
         match step {
             Step::Start { tick, skipped } => self.start(context, *tick, *skipped).await,
             Step::Trim { jobs } => {
@@ -300,11 +287,11 @@ impl EtcdBackupReconciler {
     /// Job, unless another EtcdBackup's Job copies the cluster now (then this one waits).
     async fn start(
         &self,
-        context: &Context<'_>,
+        context: &Target<'_, EtcdBackup>,
         tick: Timestamp,
         skipped: u64,
     ) -> Result<Taken, Error> {
-        let backup = context.backup;
+        let backup = context.object;
         let clusters: Api<EtcdCluster> =
             Api::namespaced(context.shared.client.clone(), &context.namespace);
         let cluster_name = &backup.spec.etcd_cluster.name;
@@ -446,8 +433,8 @@ impl EtcdBackupReconciler {
 
     /// Makes sure the claim snapshots go to is there: the one the spec names must exist, ours
     /// is created when missing.
-    async fn destination(&self, context: &Context<'_>) -> Result<(), Error> {
-        let backup = context.backup;
+    async fn destination(&self, context: &Target<'_, EtcdBackup>) -> Result<(), Error> {
+        let backup = context.object;
         let name = children::claim_name(backup);
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(context.shared.client.clone(), &context.namespace);

@@ -14,17 +14,19 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use app_operator_api::etcdcluster::{EtcdClusterPhase, RestoreSource, RestoreStatus};
+use app_operator_api::etcdcluster::{
+    EtcdClusterPhase, EtcdClusterStatus, RestoreSource, RestoreStatus,
+};
 use app_operator_api::{EtcdBackup, EtcdCluster};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
-use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 pub use self::children::CLUSTER_LABEL;
@@ -33,9 +35,9 @@ use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
 use crate::etcd::address::Addressing;
 use crate::etcd::version::Version;
 use crate::etcd::{self as etcd_api, EtcdApi, EtcdError};
-use crate::reconcile::apply::{controlled, controller_reference};
+use crate::reconcile::apply::controlled;
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
-use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
+use crate::reconcile::runner::{Reconciled, Reconciler, Runner, Settings, Target, cached};
 use crate::reconcile::{Error, FIELD_MANAGER};
 use crate::telemetry::metrics::Metrics;
 
@@ -81,49 +83,32 @@ struct EtcdClusterReconciler {
     metrics: Arc<Metrics>,
 }
 
-/// What one reconcile works on.
-struct Context<'a> {
-    cluster: &'a EtcdCluster,
-    name: String,
-    namespace: String,
-    owner: OwnerReference,
-    shared: &'a Shared,
-}
-
 impl Reconciler for EtcdClusterReconciler {
     type Object = EtcdCluster;
 
-    async fn reconcile(&self, cluster: &EtcdCluster, shared: &Shared) -> Result<Action, Error> {
-        if cluster.meta().deletion_timestamp.is_some() {
+    async fn reconcile(&self, context: &Target<'_, EtcdCluster>) -> Reconciled<EtcdClusterStatus> {
+        let (cluster, namespace, uid) = (context.object, &context.namespace, &context.uid);
+        if context.deleting() {
             // Going away: the garbage collector removes the Pods, Services and claims.
-            return Ok(Action::await_change());
+            return Reconciled::unchanged(Ok(Action::await_change()));
         }
-        let namespace = cluster
-            .namespace()
-            .ok_or(Error::MissingMetadata("namespace"))?;
-        let uid = cluster.uid().ok_or(Error::MissingMetadata("uid"))?;
-        let owner = controller_reference(cluster).ok_or(Error::MissingMetadata("uid"))?;
-        let version = Version::parse(&cluster.spec.version).ok_or_else(|| Error::InvalidSpec {
-            field: "spec.version",
-            message: format!("{:?} is not an etcd version", cluster.spec.version),
-        })?;
-        let context = Context {
-            cluster,
-            name: cluster.name_any(),
-            namespace: namespace.clone(),
-            owner,
-            shared,
+        let Some(version) = Version::parse(&cluster.spec.version) else {
+            let error = Error::InvalidSpec {
+                field: "spec.version",
+                message: format!("{:?} is not an etcd version", cluster.spec.version),
+            };
+            return Reconciled::unchanged(Err(error));
         };
 
-        let mut outcome = self.apply_children(&context, &uid).await;
+        let mut outcome = self.apply_children(context, uid).await;
 
-        let pods: Vec<MemberPod> = controlled(&self.pods, &namespace, &uid)
+        let pods: Vec<MemberPod> = controlled(&self.pods, namespace, uid)
             .iter()
             .map(|pod| member_pod(pod))
             .collect();
-        let endpoints = self.endpoints(&context, &pods);
+        let endpoints = self.endpoints(context, &pods);
         let observed = Observed {
-            etcd: self.membership(&context, &endpoints).await,
+            etcd: self.membership(context, &endpoints).await,
             pods,
             ever_served: cluster
                 .status
@@ -141,9 +126,9 @@ impl Reconciler for EtcdClusterReconciler {
             .finish();
         let new_pod = self.etcd.addressing.new_pod_name(&context.name, entropy);
         let plan = plan(&desired, &observed, &new_pod);
-        self.record_members(&context, &observed);
+        self.record_members(context, &observed);
         if let (Ok(()), Some(step)) = (&outcome, &plan.step) {
-            outcome = self.take(&context, &desired, &endpoints, step).await;
+            outcome = self.take(context, &desired, &endpoints, step).await;
         }
 
         let now = Time(Timestamp::now());
@@ -156,7 +141,7 @@ impl Reconciler for EtcdClusterReconciler {
             &now,
         );
         if status.restore.is_none() {
-            status.restore = controlled(&self.pods, &namespace, &uid)
+            status.restore = controlled(&self.pods, namespace, uid)
                 .iter()
                 .find_map(|pod| restored_from(pod));
         }
@@ -172,10 +157,7 @@ impl Reconciler for EtcdClusterReconciler {
         } else {
             Action::await_change()
         };
-        shared
-            .write_status(cluster, cluster.status.as_ref(), status, |_| {}, outcome)
-            .await
-            .map(|()| then)
+        Reconciled::status(status, outcome, then)
     }
 
     fn forget(&self, key: &str) {
@@ -202,7 +184,7 @@ fn member_pod(pod: &Pod) -> MemberPod {
 }
 
 impl EtcdClusterReconciler {
-    fn record_members(&self, context: &Context<'_>, observed: &Observed) {
+    fn record_members(&self, context: &Target<'_, EtcdCluster>, observed: &Observed) {
         let members = observed.etcd.iter().flat_map(|e| &e.members);
         let mut counts = [0usize; 4];
         for member in members {
@@ -233,20 +215,24 @@ impl EtcdClusterReconciler {
     }
 
     /// The Services and the disruption budget: the same for every member, applied every pass.
-    async fn apply_children(&self, context: &Context<'_>, uid: &str) -> Result<(), Error> {
+    async fn apply_children(
+        &self,
+        context: &Target<'_, EtcdCluster>,
+        uid: &str,
+    ) -> Result<(), Error> {
         let client = &context.shared.client;
         for service in [
-            children::peer_service(context.cluster, &context.owner),
-            children::client_service(context.cluster, &context.owner),
+            children::peer_service(context.object, &context.owner),
+            children::client_service(context.object, &context.owner),
         ] {
             self.services.apply(client, uid, &service).await?;
         }
-        let budget = children::disruption_budget(context.cluster, &context.owner);
+        let budget = children::disruption_budget(context.object, &context.owner);
         self.budgets.apply(client, uid, &budget).await.map(drop)
     }
 
     /// The client URLs of the member Pods whose process may be running.
-    fn endpoints(&self, context: &Context, pods: &[MemberPod]) -> Vec<String> {
+    fn endpoints(&self, context: &Target<'_, EtcdCluster>, pods: &[MemberPod]) -> Vec<String> {
         pods.iter()
             .filter(|pod| pod.live())
             .map(|pod| {
@@ -259,7 +245,11 @@ impl EtcdClusterReconciler {
 
     /// etcd's member list joined with each started member's own status; `None` when no member
     /// Pod answers.
-    async fn membership(&self, context: &Context<'_>, endpoints: &[String]) -> Option<Membership> {
+    async fn membership(
+        &self,
+        context: &Target<'_, EtcdCluster>,
+        endpoints: &[String],
+    ) -> Option<Membership> {
         if endpoints.is_empty() {
             return None;
         }
@@ -296,7 +286,7 @@ impl EtcdClusterReconciler {
     /// Takes one step; records it in an event.
     async fn take(
         &self,
-        context: &Context<'_>,
+        context: &Target<'_, EtcdCluster>,
         desired: &Desired,
         endpoints: &[String],
         step: &Step,
@@ -305,7 +295,7 @@ impl EtcdClusterReconciler {
         let (reason, note) = match step {
             Step::Bootstrap { pod } => {
                 let peer = self.peer_url(context, pod);
-                let restore = match &context.cluster.spec.restore {
+                let restore = match &context.object.spec.restore {
                     Some(source) => Some(restore_source(context, source).await?),
                     None => None,
                 };
@@ -370,7 +360,7 @@ impl EtcdClusterReconciler {
                 context
                     .shared
                     .publish(
-                        context.cluster,
+                        context.object,
                         EventType::Warning,
                         "ReplacingDeadMember",
                         "Heal",
@@ -414,13 +404,7 @@ impl EtcdClusterReconciler {
         };
         context
             .shared
-            .publish(
-                context.cluster,
-                EventType::Normal,
-                reason,
-                "Reconcile",
-                note,
-            )
+            .publish(context.object, EventType::Normal, reason, "Reconcile", note)
             .await;
         Ok(())
     }
@@ -429,7 +413,7 @@ impl EtcdClusterReconciler {
     /// down, often before it answers, which would turn a done removal into a failed call.
     fn removal_endpoints(
         &self,
-        context: &Context,
+        context: &Target<'_, EtcdCluster>,
         endpoints: &[String],
         name: &str,
     ) -> Vec<String> {
@@ -444,7 +428,7 @@ impl EtcdClusterReconciler {
         others.into_iter().chain(own).collect()
     }
 
-    fn peer_url(&self, context: &Context, pod: &str) -> String {
+    fn peer_url(&self, context: &Target<'_, EtcdCluster>, pod: &str) -> String {
         self.etcd
             .addressing
             .peer_url(&context.name, &context.namespace, pod)
@@ -453,7 +437,7 @@ impl EtcdClusterReconciler {
     /// `name=peerURL,…` for every member; a member that has not started yet goes by its Pod name.
     fn initial_cluster(
         &self,
-        context: &Context,
+        context: &Target<'_, EtcdCluster>,
         members: &[etcd_api::Member],
         joining: &str,
     ) -> String {
@@ -486,7 +470,7 @@ impl EtcdClusterReconciler {
 
     async fn create_member_pod(
         &self,
-        context: &Context<'_>,
+        context: &Target<'_, EtcdCluster>,
         pod: &str,
         version: &Version,
         initial_cluster: &str,
@@ -494,7 +478,7 @@ impl EtcdClusterReconciler {
         restore: Option<&RestoreStatus>,
     ) -> Result<(), Error> {
         let client = &context.shared.client;
-        if let Some(claim) = children::member_claim(context.cluster, &context.owner, pod) {
+        if let Some(claim) = children::member_claim(context.object, &context.owner, pod) {
             let claims: Api<PersistentVolumeClaim> =
                 Api::namespaced(client.clone(), &context.namespace);
             if cached(&self.claims, pod, &context.namespace).is_none() {
@@ -509,7 +493,7 @@ impl EtcdClusterReconciler {
             addressing: self.etcd.addressing,
             restore,
         };
-        let member = children::member_pod(context.cluster, &context.owner, &spec);
+        let member = children::member_pod(context.object, &context.owner, &spec);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
         create_child(&pods, &member).await
     }
@@ -517,7 +501,7 @@ impl EtcdClusterReconciler {
     /// Creates the Pod of a member already added to `members`, to join the running cluster.
     async fn create_joining_pod(
         &self,
-        context: &Context<'_>,
+        context: &Target<'_, EtcdCluster>,
         pod: &str,
         version: &Version,
         members: &[etcd_api::Member],
@@ -535,7 +519,11 @@ impl EtcdClusterReconciler {
     }
 
     /// Deletes a member's Pod and its data claim.
-    async fn delete_member_pod(&self, context: &Context<'_>, pod: &str) -> Result<(), Error> {
+    async fn delete_member_pod(
+        &self,
+        context: &Target<'_, EtcdCluster>,
+        pod: &str,
+    ) -> Result<(), Error> {
         let client = &context.shared.client;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
         delete_child(&pods, pod, None).await?;
@@ -551,7 +539,7 @@ impl EtcdClusterReconciler {
     /// new image on the same data, so the member keeps its ID (as the coreos operator did).
     async fn upgrade(
         &self,
-        context: &Context<'_>,
+        context: &Target<'_, EtcdCluster>,
         pod: &str,
         version: &Version,
     ) -> Result<(), Error> {
@@ -560,7 +548,7 @@ impl EtcdClusterReconciler {
             "metadata": { "annotations": { VERSION_ANNOTATION: version.to_string() } },
             "spec": { "containers": [{
                 "name": "etcd",
-                "image": crate::etcd::image(&context.cluster.spec.repository, version),
+                "image": crate::etcd::image(&context.object.spec.repository, version),
             }]},
         });
         pods.patch(
@@ -581,7 +569,7 @@ impl EtcdClusterReconciler {
 /// The snapshot `source` names, from its EtcdBackup's status: waits while the backup is missing
 /// or has no such snapshot yet.
 async fn restore_source(
-    context: &Context<'_>,
+    context: &Target<'_, EtcdCluster>,
     source: &RestoreSource,
 ) -> Result<RestoreStatus, Error> {
     let backups: Api<EtcdBackup> =

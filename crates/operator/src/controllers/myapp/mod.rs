@@ -23,14 +23,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use self::service::ports_drifted;
 use self::status::{status, waiting_container};
-use crate::reconcile::apply::{controller_reference, is_controlled_by};
+use crate::reconcile::apply::is_controlled_by;
 use crate::reconcile::children::{ChildChange, OnImmutable, Owned, Verb, describe};
 use crate::reconcile::conditions::is_true;
-use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared};
+use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Settings, Target};
 use crate::reconcile::{Error, FIELD_MANAGER};
 
 pub const NAME: &str = "myapp";
@@ -75,19 +75,20 @@ struct MyAppReconciler {
 impl Reconciler for MyAppReconciler {
     type Object = MyApp;
 
-    async fn reconcile(&self, app: &MyApp, shared: &Shared) -> Result<Action, Error> {
-        let namespace = app.namespace().ok_or(Error::MissingMetadata("namespace"))?;
-        if app.meta().deletion_timestamp.is_some() {
+    async fn reconcile(&self, target: &Target<'_, MyApp>) -> Reconciled<MyAppStatus> {
+        let (app, namespace, client) = (target.object, &target.namespace, &target.shared.client);
+        if target.deleting() {
             // Going away: in a foreground deletion the garbage collector deletes the children
             // first, and each one rebuilt would hold the MyApp up (for as long as the race went on).
-            return Ok(Action::await_change());
+            return Reconciled::unchanged(Ok(Action::await_change()));
         }
-        let (outcome, changes) = self.apply_children(app, &namespace, &shared.client).await;
+        let (outcome, changes) = self.apply_children(target).await;
+        let mut announce = announcements(&changes);
         let deployment = match &outcome {
             Ok(deployment) => Some(deployment.clone()),
             Err(_) => self
                 .deployments
-                .get(&namespace, &app.name_any())
+                .get(namespace, &target.name)
                 .map(|d| (*d).clone()),
         };
         let now = Time(Timestamp::now());
@@ -96,15 +97,14 @@ impl Reconciler for MyAppReconciler {
             && app.status.is_none()
             && let Some(wait) = first_status_wait(app, &desired, &now)
         {
-            announce(shared, app, &changes).await;
-            return Ok(Action::requeue(wait));
+            return Reconciled::unchanged(Ok(Action::requeue(wait))).announcing(announce);
         }
         // Not Ready while its Pods exist: say why if a container cannot start. A kubelet's
         // waiting reason changes no Deployment field, so while one is reported it is looked at
         // again now and then.
         let mut next = Action::await_change();
         if outcome.is_ok() && !is_true(&desired.conditions, READY) {
-            let waiting = waiting_container(&self.pods(app, &namespace, &shared.client).await);
+            let waiting = waiting_container(&self.pods(app, namespace, client).await);
             if let Some(waiting) = &waiting {
                 desired = status(app, deployment.as_ref(), Some(waiting), None, &now);
                 let reported = app.status.as_ref().and_then(|s| {
@@ -114,34 +114,21 @@ impl Reconciler for MyAppReconciler {
                         .map(|c| c.reason.clone())
                 });
                 if reported.as_deref() != Some(waiting.reason.as_str()) {
-                    let note = format!(
-                        "Pod {} container {}: {}",
-                        waiting.pod, waiting.container, waiting.message
-                    );
-                    shared
-                        .publish(app, EventType::Warning, &waiting.reason, "Start", note)
-                        .await;
+                    announce.push(Announcement {
+                        type_: EventType::Warning,
+                        reason: waiting.reason.clone(),
+                        action: "Start",
+                        note: format!(
+                            "Pod {} container {}: {}",
+                            waiting.pod, waiting.container, waiting.message
+                        ),
+                    });
                 }
                 next = Action::requeue(WAITING_RECHECK);
             }
         }
-        let stamp = |status: &mut app_operator_api::MyAppStatus| {
-            status.last_update_time = Some(now.clone())
-        };
-        // The event and the status write are independent: sent together, a reconcile holds its
-        // worker for one round trip less. What did change is announced even when another child
-        // failed.
-        let (_, result) = futures::join!(
-            announce(shared, app, &changes),
-            shared.write_status(
-                app,
-                app.status.as_ref(),
-                desired,
-                stamp,
-                outcome.map(|_| ())
-            )
-        );
-        result.map(|()| next)
+        // What did change is announced even when another child failed.
+        Reconciled::status(desired, outcome.map(|_| ()), next).announcing(announce)
     }
 }
 
@@ -165,27 +152,23 @@ impl MyAppReconciler {
     /// the apply (or the first error), and what changed.
     async fn apply_children(
         &self,
-        app: &MyApp,
-        namespace: &str,
-        client: &Client,
+        target: &Target<'_, MyApp>,
     ) -> (Result<Deployment, Error>, Vec<ChildChange>) {
-        let (Some(uid), Some(owner)) = (app.uid(), controller_reference(app)) else {
-            return (Err(Error::MissingMetadata("uid")), Vec::new());
-        };
+        let (namespace, client, uid) = (&target.namespace, &target.shared.client, &target.uid);
         let Children {
             service,
             deployment,
             hpa,
-        } = children(app, &owner);
+        } = children(target.object, &target.owner);
         let autoscaling = hpa.is_some();
         let (deployment, service, hpa) = futures::join!(
             async {
-                self.hand_replicas_to_hpa(client, &deployment, &uid, autoscaling)
+                self.hand_replicas_to_hpa(client, &deployment, uid, autoscaling)
                     .await?;
-                self.deployments.apply(client, &uid, &deployment).await
+                self.deployments.apply(client, uid, &deployment).await
             },
-            self.apply_service(client, &service, &uid),
-            self.hpas.sync(client, &uid, namespace, hpa.as_slice()),
+            self.apply_service(client, &service, uid),
+            self.hpas.sync(client, uid, namespace, hpa.as_slice()),
         );
         let mut changes = Vec::new();
         if let Ok((_, change)) = &deployment {
@@ -301,17 +284,23 @@ fn first_status_wait(app: &MyApp, desired: &MyAppStatus, now: &Time) -> Option<D
 
 /// One Normal event per verb for the children that were created, changed or removed (none when
 /// all matched), e.g. "Created Deployment web, Service web": one write per reconcile, not per child.
-async fn announce(shared: &Shared, app: &MyApp, changes: &[ChildChange]) {
-    for (verb, note) in describe(changes) {
-        let (reason, action) = match verb {
-            Verb::Created => ("Created", "Apply"),
-            Verb::Updated => ("Updated", "Apply"),
-            Verb::Deleted => ("Deleted", "Delete"),
-        };
-        shared
-            .publish(app, EventType::Normal, reason, action, note)
-            .await;
-    }
+fn announcements(changes: &[ChildChange]) -> Vec<Announcement> {
+    describe(changes)
+        .into_iter()
+        .map(|(verb, note)| {
+            let (reason, action) = match verb {
+                Verb::Created => ("Created", "Apply"),
+                Verb::Updated => ("Updated", "Apply"),
+                Verb::Deleted => ("Deleted", "Delete"),
+            };
+            Announcement {
+                type_: EventType::Normal,
+                reason: reason.into(),
+                action,
+                note,
+            }
+        })
+        .collect()
 }
 
 /// Replaces the Service's port list with ours (a JSON merge patch replaces lists whole).

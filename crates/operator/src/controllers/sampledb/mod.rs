@@ -20,7 +20,7 @@ use app_operator_api::sampledb::{FINALIZER, SampleDBStatus};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -32,11 +32,13 @@ use serde_json::json;
 pub use self::children::INSTANCE_LABEL;
 use self::children::{JobKind, ROLE_LABEL};
 use self::plan::{Backups, Database, Desired, Observed, Plan, Problem, Stage, Step};
-use crate::reconcile::apply::{controlled, controller_reference};
+use crate::reconcile::apply::controlled;
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
 use crate::reconcile::finalizer::{Cleanup, finalize};
 use crate::reconcile::jobs::{Announced, Outcome, SeenJob, ensure_job};
-use crate::reconcile::runner::{Reconciler, Runner, Settings, Shared, cached};
+use crate::reconcile::runner::{
+    Announcement, Reconciled, Reconciler, Runner, Settings, Target, cached,
+};
 use crate::reconcile::schedule::Schedule;
 use crate::reconcile::{Error, FIELD_MANAGER};
 use crate::telemetry::metrics::Metrics;
@@ -73,45 +75,22 @@ struct SampleDBReconciler {
     announced: Announced,
 }
 
-/// What one reconcile works on.
-struct Context<'a> {
-    db: &'a SampleDB,
-    name: String,
-    namespace: String,
-    uid: String,
-    owner: OwnerReference,
-    shared: &'a Shared,
-}
+type Context<'a> = Target<'a, SampleDB>;
 
-impl Context<'_> {
-    fn jobs(&self) -> Api<Job> {
-        Api::namespaced(self.shared.client.clone(), &self.namespace)
-    }
+/// The Jobs of the SampleDB's namespace.
+fn jobs(context: &Context<'_>) -> Api<Job> {
+    Api::namespaced(context.shared.client.clone(), &context.namespace)
 }
 
 impl Reconciler for SampleDBReconciler {
     type Object = SampleDB;
 
-    async fn reconcile(&self, db: &SampleDB, shared: &Shared) -> Result<Action, Error> {
-        let namespace = db.namespace().ok_or(Error::MissingMetadata("namespace"))?;
-        let uid = db.uid().ok_or(Error::MissingMetadata("uid"))?;
-        let owner = controller_reference(db).ok_or(Error::MissingMetadata("uid"))?;
-        let context = Context {
-            db,
-            name: db.name_any(),
-            namespace: namespace.clone(),
-            uid,
-            owner,
-            shared,
-        };
-        let api: Api<SampleDB> = Api::namespaced(shared.client.clone(), &namespace);
+    async fn reconcile(&self, context: &Context<'_>) -> Reconciled<SampleDBStatus> {
         finalize(
-            shared,
-            &api,
-            db,
+            context,
             FINALIZER,
-            || self.live(&context),
-            || self.clean_up(&context),
+            || self.live(context),
+            || self.clean_up(context),
         )
         .await
     }
@@ -148,8 +127,8 @@ fn desired(db: &SampleDB) -> Desired {
 
 impl SampleDBReconciler {
     /// The live object: plan, apply the children, take the step, write the status.
-    async fn live(&self, context: &Context<'_>) -> Result<Action, Error> {
-        let db = context.db;
+    async fn live(&self, context: &Context<'_>) -> Reconciled<SampleDBStatus> {
+        let db = context.object;
         let now = Timestamp::now();
         let observed = self.observe(context, now);
         let plan = plan::plan(&context.name, &desired(db), &observed);
@@ -162,8 +141,7 @@ impl SampleDBReconciler {
         let status = status::status(db, &observed, &plan, outcome.as_ref().err(), now);
         let previous = db.status.clone().unwrap_or_default();
         self.record_backups(context, &previous, &status, &observed);
-        self.announce(context, &previous, &status, plan.problem.as_ref())
-            .await;
+        let announce = events(&context.name, &previous, &status, plan.problem.as_ref());
         let then = if plan.step.is_some() || plan.progress.is_some() {
             Action::requeue(POLL)
         } else if let Some(next) = plan.next_backup {
@@ -172,16 +150,12 @@ impl SampleDBReconciler {
         } else {
             Action::await_change()
         };
-        context
-            .shared
-            .write_status(db, db.status.as_ref(), status, |_| {}, outcome)
-            .await
-            .map(|()| then)
+        Reconciled::status(status, outcome, then).announcing(announce)
     }
 
     /// Deletion: the plan's cleanup step, then the status; the finalizer goes once it is done.
-    async fn clean_up(&self, context: &Context<'_>) -> Result<Cleanup, Error> {
-        let db = context.db;
+    async fn clean_up(&self, context: &Context<'_>) -> (Result<Cleanup, Error>, SampleDBStatus) {
+        let db = context.object;
         let now = Timestamp::now();
         let observed = self.observe(context, now);
         let plan = plan::clean_up(&context.name, &context.namespace, &desired(db), &observed);
@@ -198,17 +172,13 @@ impl SampleDBReconciler {
             },
             _ => Cleanup::Wait(POLL),
         };
-        context
-            .shared
-            .write_status(db, db.status.as_ref(), status, |_| {}, outcome)
-            .await
-            .map(|()| cleanup)
+        (outcome.map(|()| cleanup), status)
     }
 
     /// The status recorded so far and the children in the cache (found by name and label: a
     /// Job without an owner, or under orphan propagation, is still ours).
     fn observe(&self, context: &Context<'_>, now: Timestamp) -> Observed {
-        let db = context.db;
+        let db = context.object;
         let status = db.status.clone().unwrap_or_default();
         let namespace = context.namespace.as_str();
         let jobs: Vec<Arc<Job>> = self
@@ -298,7 +268,7 @@ impl SampleDBReconciler {
     /// The children every live pass sets: the generated credentials (once), the connection
     /// ConfigMap, the claims, the Service, and the StatefulSet at the plan's version and replicas.
     async fn apply_children(&self, context: &Context<'_>, plan: &Plan) -> Result<(), Error> {
-        let db = context.db;
+        let db = context.object;
         let client = &context.shared.client;
         self.ensure_credentials(context).await?;
         self.config_maps
@@ -332,7 +302,7 @@ impl SampleDBReconciler {
 
     /// Takes the plan's step.
     async fn take(&self, context: &Context<'_>, plan: &Plan, step: &Step) -> Result<(), Error> {
-        let db = context.db;
+        let db = context.object;
         let owner = &context.owner;
         let current = plan.current_version.as_deref().unwrap_or_default();
         match step {
@@ -374,7 +344,7 @@ impl SampleDBReconciler {
     /// The generated credentials are created once (`create` only: the operator cannot read
     /// Secrets) and then recorded in the status; a user's Secret is only referenced.
     async fn ensure_credentials(&self, context: &Context<'_>) -> Result<(), Error> {
-        let db = context.db;
+        let db = context.object;
         let secret = children::credentials_secret(db);
         let recorded = db
             .status
@@ -479,7 +449,7 @@ impl SampleDBReconciler {
 
     /// The Job `desired` names, cached or created (see [`ensure_job`]).
     async fn ensure_job(&self, context: &Context<'_>, desired: Job) -> Result<(), Error> {
-        ensure_job(&self.jobs, &context.jobs(), desired, |job| {
+        ensure_job(&self.jobs, &jobs(context), desired, |job| {
             is_ours(job, &context.name)
         })
         .await
@@ -488,7 +458,7 @@ impl SampleDBReconciler {
 
     async fn delete_job(&self, context: &Context<'_>, name: &str) -> Result<(), Error> {
         let uid = cached(&self.jobs, name, &context.namespace).and_then(|job| job.uid());
-        delete_child(&context.jobs(), name, uid.as_deref()).await
+        delete_child(&jobs(context), name, uid.as_deref()).await
     }
 
     /// Scales the database to 0 (its Pods going away is observed by the next pass).
@@ -540,28 +510,6 @@ impl SampleDBReconciler {
         }
         Ok(())
     }
-
-    /// Publishes the events for what changed since `previous`.
-    async fn announce(
-        &self,
-        context: &Context<'_>,
-        previous: &SampleDBStatus,
-        status: &SampleDBStatus,
-        problem: Option<&Problem>,
-    ) {
-        for event in events(&context.name, previous, status, problem) {
-            context
-                .shared
-                .publish(
-                    context.db,
-                    event.type_,
-                    event.reason,
-                    event.action,
-                    event.note,
-                )
-                .await;
-        }
-    }
 }
 
 /// The object carries this SampleDB's instance label.
@@ -585,15 +533,6 @@ fn role(object: &impl Resource) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// One event to publish.
-#[derive(Debug, PartialEq)]
-struct Announcement {
-    type_: EventType,
-    reason: &'static str,
-    action: &'static str,
-    note: String,
-}
-
 /// Events for what changed: a Warning when a problem first appears (or backups were missed or
 /// failed), Normal events for initialization, upgrades and backups.
 fn events(
@@ -602,9 +541,9 @@ fn events(
     status: &SampleDBStatus,
     problem: Option<&Problem>,
 ) -> Vec<Announcement> {
-    let event = |type_, reason, action, note| Announcement {
+    let event = |type_, reason: &str, action, note| Announcement {
         type_,
-        reason,
+        reason: reason.to_owned(),
         action,
         note,
     };
@@ -711,8 +650,8 @@ mod tests {
             message: "bad".into(),
         };
         let problem = Some(&problem);
-        let reasons: Vec<&str> = events("db", &previous, &status, problem)
-            .iter()
+        let reasons: Vec<String> = events("db", &previous, &status, problem)
+            .into_iter()
             .map(|e| e.reason)
             .collect();
         assert_eq!(
