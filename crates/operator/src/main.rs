@@ -54,7 +54,7 @@ struct RunArgs {
     #[arg(long, env = "APP_OPERATOR_WATCH_NAMESPACE", default_value = "")]
     watch_namespace: String,
     /// The controllers to run.
-    #[arg(long, env = "APP_OPERATOR_CONTROLLERS", value_delimiter = ',', default_values = ["myapp", "appcluster", "sample", "etcdcluster", "etcdbackup", "sampledb"])]
+    #[arg(long, env = "APP_OPERATOR_CONTROLLERS", value_delimiter = ',', value_enum, default_values_t = ControllerKind::ALL.to_vec())]
     controllers: Vec<ControllerKind>,
     /// How the EtcdCluster controller reaches etcd members: `cluster-dns` (`<pod>.<cluster>.<ns>.svc`,
     /// from inside the cluster) or `loopback` (each member on its own 127.x.y.z address, for a

@@ -7,12 +7,13 @@ use app_operator_api::{Sample, SampleStatus};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Settings, Target};
+use super::Wiring;
+use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Target};
 
 pub const NAME: &str = "sample";
 
-pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    Runner::<Sample>::new(NAME, &settings)
+pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    Runner::<Sample>::new(NAME, &wiring.settings)
         .run(SampleReconciler, shutdown)
         .await;
 }

@@ -12,13 +12,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::ValueEnum;
 use kube::Client;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::controllers;
+use crate::controllers::Wiring;
 use crate::controllers::etcdcluster::EtcdSettings;
 use crate::etcd::EtcdClient;
 use crate::etcd::address::Addressing;
@@ -29,27 +28,7 @@ pub use api_client::api_client;
 pub use server::served_port;
 pub use startup::{connect, identity, own_namespace, run_until_signalled};
 
-/// The controllers this binary can run (`--controllers`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ControllerKind {
-    Myapp,
-    Appcluster,
-    Sample,
-    Etcdcluster,
-    Etcdbackup,
-    Sampledb,
-}
-
-impl ControllerKind {
-    pub const ALL: [ControllerKind; 6] = [
-        ControllerKind::Myapp,
-        ControllerKind::Appcluster,
-        ControllerKind::Sample,
-        ControllerKind::Etcdcluster,
-        ControllerKind::Etcdbackup,
-        ControllerKind::Sampledb,
-    ];
-}
+pub use crate::controllers::ControllerKind;
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -180,50 +159,16 @@ pub fn start_controllers(
         tasks: JoinSet::new(),
         names: HashMap::new(),
     };
+    let wiring = Wiring {
+        settings,
+        etcd: EtcdSettings {
+            addressing: options.etcd_addressing,
+            client: options.etcd_client.0.clone(),
+        },
+    };
     for kind in &options.controllers {
-        let settings = settings.clone();
         let stop = shutdown.clone().cancelled_owned();
-        match kind {
-            ControllerKind::Myapp => {
-                running.spawn(
-                    controllers::myapp::NAME,
-                    controllers::myapp::run(settings, stop),
-                );
-            }
-            ControllerKind::Appcluster => running.spawn(
-                controllers::appcluster::NAME,
-                controllers::appcluster::run(settings, stop),
-            ),
-            ControllerKind::Sample => {
-                running.spawn(
-                    controllers::sample::NAME,
-                    controllers::sample::run(settings, stop),
-                );
-            }
-            ControllerKind::Sampledb => running.spawn(
-                controllers::sampledb::NAME,
-                controllers::sampledb::run(settings, stop),
-            ),
-            ControllerKind::Etcdcluster => {
-                let etcd = EtcdSettings {
-                    addressing: options.etcd_addressing,
-                    client: options.etcd_client.0.clone(),
-                };
-                running.spawn(
-                    controllers::etcdcluster::NAME,
-                    controllers::etcdcluster::run(settings, etcd, stop),
-                );
-            }
-            ControllerKind::Etcdbackup => running.spawn(
-                controllers::etcdbackup::NAME,
-                controllers::etcdbackup::run(
-                    settings,
-                    options.etcd_addressing,
-                    options.etcd_client.0.clone(),
-                    stop,
-                ),
-            ),
-        }
+        running.spawn(kind.name(), kind.run(wiring.clone(), stop));
     }
     running
 }

@@ -31,7 +31,8 @@ use crate::reconcile::Error;
 use crate::reconcile::apply::controlled;
 use crate::reconcile::backoff::Backoff;
 use crate::reconcile::children::delete_child;
-use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Settings, Target};
+use super::Wiring;
+use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Target};
 
 pub const NAME: &str = "appcluster";
 
@@ -42,7 +43,8 @@ pub const BURST: usize = 500;
 /// How many Pod deletes one reconcile has in flight at once.
 const DELETES_IN_FLIGHT: usize = 32;
 
-pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let settings = wiring.settings;
     // AppCluster Pods carry `app: <name>`; etcd members and SampleDB Pods have labels of their own.
     let own_pods = format!(
         "app,!{},!{}",

@@ -43,9 +43,8 @@ use crate::reconcile::Error;
 use crate::reconcile::apply::controlled;
 use crate::reconcile::children::{create_child, delete_child};
 use crate::reconcile::jobs::{Announced, JobState, Outcome, SeenJob, ensure_job, job_state};
-use crate::reconcile::runner::{
-    Announcement, Reconciled, Reconciler, Runner, Settings, Target, cached,
-};
+use super::Wiring;
+use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Target, cached};
 use crate::reconcile::schedule::Schedule;
 use crate::telemetry::metrics::Metrics;
 
@@ -63,12 +62,9 @@ const TURN_UNSEEN: Duration = Duration::from_secs(30);
 /// themselves are listed in the status.
 const JOB_HISTORY: usize = 3;
 
-pub async fn run(
-    settings: Settings,
-    addressing: Addressing,
-    etcd: Arc<dyn EtcdApi>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
+pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let settings = wiring.settings;
+    let (addressing, etcd) = (wiring.etcd.addressing, wiring.etcd.client);
     let mut runner = Runner::<EtcdBackup>::new(NAME, &settings).children(children::INSTANCE_LABEL);
     let reconciler = EtcdBackupReconciler {
         jobs: runner.owns(),

@@ -126,6 +126,32 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
     plan
 }
 
+/// A backup Job of tick `tick` (seconds), saving `file` at revision `tick`, one tick skipped.
+#[cfg(test)]
+pub fn backup_job(name: &str, state: JobState, tick: i64, file: &str) -> BackupJob {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    let at = Timestamp::from_second(tick).unwrap_or(Timestamp::UNIX_EPOCH);
+    BackupJob {
+        job: SeenJob {
+            name: name.into(),
+            state,
+            created: None,
+        },
+        tick: Some(at),
+        skipped: 1,
+        snapshot: SnapshotRecord {
+            file: file.into(),
+            time: Time(at),
+            etcd_revision: tick,
+            etcd_version: "3.6.16".into(),
+            size_bytes: 1,
+            job: name.into(),
+        },
+        claim: Some("b-snapshots".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -139,24 +165,7 @@ mod tests {
     }
 
     fn job(name: &str, state: JobState, tick: i64) -> BackupJob {
-        BackupJob {
-            job: SeenJob {
-                name: name.into(),
-                state,
-                created: None,
-            },
-            tick: Some(seconds(tick)),
-            skipped: 0,
-            snapshot: SnapshotRecord {
-                file: format!("{name}.db"),
-                time: Time(seconds(tick)),
-                etcd_revision: 1,
-                etcd_version: "3.6.16".into(),
-                size_bytes: 1,
-                job: name.into(),
-            },
-            claim: None,
-        }
+        backup_job(name, state, tick, &format!("{name}.db"))
     }
 
     fn done(at: i64) -> JobState {

@@ -223,11 +223,10 @@ fn set_conditions(
 
 #[cfg(test)]
 mod tests {
-    use app_operator_api::etcdbackup::{EtcdBackupSpec, SnapshotRecord};
+    use app_operator_api::etcdbackup::EtcdBackupSpec;
 
-    use super::super::plan::Plan;
+    use super::super::plan::{Plan, backup_job};
     use super::*;
-    use crate::reconcile::jobs::SeenJob;
 
     fn backup(status: EtcdBackupStatus) -> EtcdBackup {
         let spec: EtcdBackupSpec = serde_json::from_value(serde_json::json!({
@@ -245,24 +244,7 @@ mod tests {
     }
 
     fn job(name: &str, state: JobState, tick: i64, slot: usize) -> BackupJob {
-        BackupJob {
-            job: SeenJob {
-                name: name.into(),
-                state,
-                created: None,
-            },
-            tick: Some(seconds(tick)),
-            skipped: 1,
-            snapshot: SnapshotRecord {
-                file: format!("b-{slot}.db"),
-                time: Time(seconds(0)),
-                etcd_revision: tick,
-                etcd_version: "3.6.16".into(),
-                size_bytes: 1,
-                job: name.into(),
-            },
-            claim: Some("b-snapshots".into()),
-        }
+        backup_job(name, state, tick, &format!("b-{slot}.db"))
     }
 
     fn observed(jobs: Vec<BackupJob>) -> Observed {

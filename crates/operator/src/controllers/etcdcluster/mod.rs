@@ -37,7 +37,8 @@ use crate::etcd::version::Version;
 use crate::etcd::{self as etcd_api, EtcdApi, EtcdError};
 use crate::reconcile::apply::controlled;
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
-use crate::reconcile::runner::{Reconciled, Reconciler, Runner, Settings, Target, cached};
+use super::Wiring;
+use crate::reconcile::runner::{Reconciled, Reconciler, Runner, Target, cached};
 use crate::reconcile::{Error, FIELD_MANAGER};
 use crate::telemetry::metrics::Metrics;
 
@@ -57,11 +58,8 @@ pub struct EtcdSettings {
     pub client: Arc<dyn EtcdApi>,
 }
 
-pub async fn run(
-    settings: Settings,
-    etcd: EtcdSettings,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
+pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let (settings, etcd) = (wiring.settings, wiring.etcd);
     let mut runner = Runner::<EtcdCluster>::new(NAME, &settings).children(CLUSTER_LABEL);
     let reconciler = EtcdClusterReconciler {
         pods: runner.owns(),

@@ -30,7 +30,8 @@ use self::status::{status, waiting_container};
 use crate::reconcile::apply::is_controlled_by;
 use crate::reconcile::children::{ChildChange, OnImmutable, Owned, Verb, describe};
 use crate::reconcile::conditions::is_true;
-use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Settings, Target};
+use super::Wiring;
+use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Target};
 use crate::reconcile::{Error, FIELD_MANAGER};
 
 pub const NAME: &str = "myapp";
@@ -56,7 +57,8 @@ pub fn children(app: &MyApp, owner: &OwnerReference) -> Children {
     }
 }
 
-pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let settings = wiring.settings;
     let mut runner = Runner::<MyApp>::new(NAME, &settings);
     let reconciler = MyAppReconciler {
         deployments: Owned::new(runner.owns(), OnImmutable::Refuse),

@@ -36,9 +36,8 @@ use crate::reconcile::apply::controlled;
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
 use crate::reconcile::finalizer::{Cleanup, finalize};
 use crate::reconcile::jobs::{Announced, Outcome, SeenJob, ensure_job};
-use crate::reconcile::runner::{
-    Announcement, Reconciled, Reconciler, Runner, Settings, Target, cached,
-};
+use super::Wiring;
+use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Target, cached};
 use crate::reconcile::schedule::Schedule;
 use crate::reconcile::{Error, FIELD_MANAGER};
 use crate::telemetry::metrics::Metrics;
@@ -49,7 +48,8 @@ pub const NAME: &str = "sampledb";
 /// from another owner, a claim released, a Job without an owner reference).
 const POLL: Duration = Duration::from_secs(2);
 
-pub async fn run(settings: Settings, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let settings = wiring.settings;
     let mut runner = Runner::<SampleDB>::new(NAME, &settings).children(INSTANCE_LABEL);
     let reconciler = SampleDBReconciler {
         config_maps: Owned::new(runner.owns(), OnImmutable::Recreate),
