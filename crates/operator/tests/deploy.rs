@@ -313,7 +313,7 @@ async fn a_helm_release_watching_one_namespace_runs_on_its_namespaced_role() {
     let account = format!("{}-app-operator", release.name);
     let operator = support::start_as(
         &watched.name,
-        &ControllerKind::ALL,
+        ControllerKind::ALL,
         &release.namespace,
         &account,
     )

@@ -27,11 +27,11 @@ use kube::runtime::reflector::Store;
 use self::expectations::{Expectations, Seen};
 use self::pods::{is_active, is_finished, is_ready, surplus};
 use self::status::status;
+use super::Wiring;
 use crate::reconcile::Error;
 use crate::reconcile::apply::controlled;
 use crate::reconcile::backoff::Backoff;
 use crate::reconcile::children::delete_child;
-use super::Wiring;
 use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Target};
 
 pub const NAME: &str = "appcluster";

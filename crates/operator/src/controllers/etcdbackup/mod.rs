@@ -36,6 +36,7 @@ use self::children::{
 };
 use self::plan::{BackupJob, Desired, Observed, Repeat, Step};
 use self::status::Taken;
+use super::Wiring;
 use crate::etcd::address::Addressing;
 use crate::etcd::version::Version;
 use crate::etcd::{EtcdApi, Status, image, members_with_status, quorum};
@@ -43,7 +44,6 @@ use crate::reconcile::Error;
 use crate::reconcile::apply::controlled;
 use crate::reconcile::children::{create_child, delete_child};
 use crate::reconcile::jobs::{Announced, JobState, Outcome, SeenJob, ensure_job, job_state};
-use super::Wiring;
 use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Target, cached};
 use crate::reconcile::schedule::Schedule;
 use crate::telemetry::metrics::Metrics;

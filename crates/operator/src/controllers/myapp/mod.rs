@@ -27,10 +27,10 @@ use kube::{Client, ResourceExt};
 
 use self::service::ports_drifted;
 use self::status::{status, waiting_container};
+use super::Wiring;
 use crate::reconcile::apply::is_controlled_by;
 use crate::reconcile::children::{ChildChange, OnImmutable, Owned, Verb, describe};
 use crate::reconcile::conditions::is_true;
-use super::Wiring;
 use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Target};
 use crate::reconcile::{Error, FIELD_MANAGER};
 

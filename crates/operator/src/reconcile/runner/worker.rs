@@ -1,0 +1,222 @@
+//! One reconcile and its error policy: the span, the metrics, the Warning on failure, permanent
+//! errors waiting for a change and transient ones backing off.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tracing::Instrument;
+
+use super::{Guarded, Reconciler, Shared, Target, key};
+use crate::reconcile::Error;
+use crate::reconcile::backoff::Backoff;
+use crate::telemetry::readiness::Readiness;
+
+/// What the runner keeps for one controller.
+pub(super) struct Context<R: Reconciler> {
+    pub(super) reconciler: R,
+    pub(super) shared: Shared,
+    pub(super) readiness: Readiness,
+    pub(super) backoff: Backoff,
+    pub(super) waiting_for_change: WaitingForChange,
+}
+
+impl<R: Reconciler> Context<R> {
+    /// Drops everything remembered about a deleted object.
+    pub(super) fn forget(&self, object: &Guarded<R::Object>) {
+        let key = key(object);
+        self.backoff.reset(&key);
+        self.shared.written.forget(&key);
+        self.waiting_for_change.forget(&key);
+        let namespace = object.namespace().unwrap_or_default();
+        let (controller, name) = (self.shared.controller, object.name_any());
+        self.shared
+            .metrics
+            .set_invalid(controller, &namespace, &name, false);
+        self.shared
+            .metrics
+            .set_degraded(controller, &namespace, &name, None);
+        self.reconciler.forget(&key);
+    }
+}
+
+/// Objects whose last reconcile failed permanently, by key, with the uid and generation that
+/// failed: they are not reconciled again until their spec (generation) changes or they are
+/// re-created, so a refused child is not sent again and again.
+#[derive(Default)]
+pub(super) struct WaitingForChange(Mutex<HashMap<String, (String, Option<i64>)>>);
+
+impl WaitingForChange {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Option<i64>)>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn record(
+        &self,
+        key: String,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) {
+        let uid = meta.uid.clone().unwrap_or_default();
+        self.lock().insert(key, (uid, meta.generation));
+    }
+
+    /// Whether the object is unchanged since it failed permanently; a changed one is dropped.
+    fn unchanged(
+        &self,
+        key: &str,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> bool {
+        let mut waiting = self.lock();
+        let Some((uid, generation)) = waiting.get(key) else {
+            return false;
+        };
+        if meta.uid.as_deref() == Some(uid.as_str()) && meta.generation == *generation {
+            return true;
+        }
+        waiting.remove(key);
+        false
+    }
+
+    fn forget(&self, key: &str) {
+        self.lock().remove(key);
+    }
+}
+
+/// The span every log line of one reconcile carries: controller, object and a reconcile id
+/// (controller-runtime's `reconcileID`), so one pass can be followed through the logs.
+fn reconcile_span(controller: &'static str, object: &impl Resource) -> tracing::Span {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let sequence = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = std::process::id();
+    tracing::info_span!(
+        "reconcile",
+        controller,
+        namespace = object.namespace().unwrap_or_default(),
+        name = object.name_any(),
+        reconcile_id = format!("{seed:08x}-{sequence:012x}"),
+    )
+}
+
+pub(super) async fn reconcile<R: Reconciler>(
+    object: Arc<Guarded<R::Object>>,
+    context: Arc<Context<R>>,
+) -> Result<Action, Error> {
+    let shared = &context.shared;
+    let span = reconcile_span(shared.controller, object.as_ref());
+    async {
+        // A cache still listing looks like missing children: acting on it creates duplicates.
+        context.readiness.wait_synced(shared.controller).await;
+        let object_key = key(object.as_ref());
+        let _timer = shared
+            .metrics
+            .reconcile_started(shared.controller, &object_key);
+        let result = match &object.0 {
+            Err(invalid) => {
+                shared.report_invalid(object.as_ref(), &invalid.error).await;
+                Ok(Action::await_change())
+            }
+            Ok(valid) => {
+                let namespace = valid.namespace().unwrap_or_default();
+                shared
+                    .metrics
+                    .set_invalid(shared.controller, &namespace, &valid.name_any(), false);
+                if context
+                    .waiting_for_change
+                    .unchanged(&object_key, valid.meta())
+                {
+                    Ok(Action::await_change())
+                } else {
+                    match Target::resolve(valid, shared) {
+                        Ok(target) => {
+                            let reconciled = context.reconciler.reconcile(&target).await;
+                            shared.finish(valid, reconciled).await
+                        }
+                        Err(error) => Err(error),
+                    }
+                }
+            }
+        };
+        shared.metrics.reconcile_finished(
+            shared.controller,
+            result.as_ref().err().map(Error::metric_label),
+        );
+        match &result {
+            Ok(_) => context.backoff.reset(&object_key),
+            Err(error) if error.is_namespace_terminating() => {}
+            Err(error) => {
+                let note = error.to_string();
+                shared
+                    .publish(
+                        object.as_ref(),
+                        EventType::Warning,
+                        error.reason(),
+                        "Reconcile",
+                        note,
+                    )
+                    .await;
+            }
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+/// Permanent errors wait for a change, transient ones back off per object; nothing is retried
+/// in a namespace that is being deleted.
+pub(super) fn error_policy<R: Reconciler>(
+    object: Arc<Guarded<R::Object>>,
+    error: &Error,
+    context: Arc<Context<R>>,
+) -> Action {
+    let controller = context.shared.controller;
+    let object_key = key(object.as_ref());
+    if error.is_namespace_terminating() {
+        tracing::debug!(controller, object = %object_key, %error, "namespace is terminating; not retrying");
+        return Action::await_change();
+    }
+    if error.is_permanent() {
+        tracing::warn!(controller, object = %object_key, %error, reason = error.reason(), "Reconciler error; waiting for the object to change");
+        context.waiting_for_change.record(object_key, object.meta());
+        return Action::await_change();
+    }
+    let delay = context.backoff.failed(&object_key);
+    context.shared.metrics.workqueue.retried(controller);
+    tracing::warn!(controller, object = %object_key, %error, reason = error.reason(), retry_in = ?delay, "Reconciler error");
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(
+        uid: &str,
+        generation: i64,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            uid: Some(uid.into()),
+            generation: Some(generation),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_permanent_failure_waits_for_a_new_generation_or_a_new_object() {
+        let waiting = WaitingForChange::default();
+        waiting.record("ns/web".into(), &meta("u1", 3));
+        assert!(waiting.unchanged("ns/web", &meta("u1", 3)));
+        assert!(!waiting.unchanged("ns/other", &meta("u1", 3)));
+        assert!(!waiting.unchanged("ns/web", &meta("u2", 3)), "re-created");
+        assert!(
+            !waiting.unchanged("ns/web", &meta("u1", 3)),
+            "dropped once changed"
+        );
+        waiting.record("ns/web".into(), &meta("u1", 3));
+        assert!(!waiting.unchanged("ns/web", &meta("u1", 4)), "spec changed");
+    }
+}
