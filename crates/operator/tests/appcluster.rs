@@ -266,13 +266,15 @@ async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
                 let name = pod.name_any();
                 let seen = crashed.lock().unwrap().iter().any(|(n, _)| *n == name);
                 if running_and_ready(&pod) && !seen {
+                    // Recorded once the patch is in: the crasher is aborted at any point, and a
+                    // Pod recorded but never crashed would be taken for a crashed one left running.
+                    pods.patch(&name, &PatchParams::default(), &Patch::Merge(&crash))
+                        .await
+                        .unwrap();
                     crashed
                         .lock()
                         .unwrap()
                         .push((name.clone(), std::time::Instant::now()));
-                    pods.patch(&name, &PatchParams::default(), &Patch::Merge(&crash))
-                        .await
-                        .unwrap();
                 }
             }
         }
