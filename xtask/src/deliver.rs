@@ -1,0 +1,126 @@
+//! The operator as users get it: `make image`, `make load`, `make manifests`, `make install`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use local_cluster::install::{Target, UserEnv};
+use local_cluster::{Layout, Tools};
+
+use crate::{image, path, repo, tool_sources};
+
+/// The user's kubectl and cluster (`KUBECTL`, `KUBECONFIG`, `IMG`), as kubebuilder's targets.
+pub(crate) fn user_target() -> Result<Target> {
+    Ok(Target::resolve(
+        &UserEnv::from_process(),
+        &Layout::default(),
+        || Tools::ensure(&tool_sources()),
+    )?)
+}
+
+/// Says which cluster `target` acts on (and fails clearly when there is none).
+pub(crate) fn acting_on_cluster(target: Target) -> Result<Target> {
+    println!("acting on {}", target.describe()?);
+    Ok(target)
+}
+
+/// Where deploy, undeploy and build-installer write their overlay of config/default.
+pub(crate) fn overlay_dir() -> PathBuf {
+    repo().join("target/deploy")
+}
+
+/// A fully static release binary (glibc with `crt-static`: the machine has no musl Rust target)
+/// in its own target directory, so it can be built while another cargo holds the workspace's.
+/// The image and the benchmark both use it.
+pub(crate) fn build_static_binary() -> Result<PathBuf> {
+    let target_dir = repo().join("target/image");
+    let triple = "x86_64-unknown-linux-gnu";
+    let built = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "app-operator",
+            "--target",
+            triple,
+        ])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .status()?;
+    if !built.success() {
+        bail!("building the static binary failed");
+    }
+    Ok(target_dir.join(triple).join("release/app-operator"))
+}
+
+pub(crate) fn build_image(output: &Path) -> Result<()> {
+    let binary = build_static_binary()?;
+    let output = if output.is_relative() {
+        repo().join(output)
+    } else {
+        output.to_owned()
+    };
+    image::write_archive(&binary, env!("CARGO_PKG_VERSION"), &output)?;
+    println!(
+        "wrote {} ({}, entrypoint /app-operator, user {})",
+        output.display(),
+        image::REFERENCE,
+        image::USER
+    );
+    Ok(())
+}
+
+/// `make load`: the archive's images into the local cluster's registry, where its real node pulls.
+pub(crate) fn load(archive: &Path) -> Result<()> {
+    let layout = Layout::default();
+    let node = local_cluster::node::NodeLayout::of(&layout);
+    if layout.running().is_empty() || !node.exists() {
+        bail!(
+            "no local cluster with a real node runs (state in {}): start one with `make cluster-up NODE=real` or `make run`",
+            layout.state_dir.display()
+        );
+    }
+    let archive = if archive.is_relative() {
+        repo().join(archive)
+    } else {
+        archive.to_owned()
+    };
+    let registry = node.registry_address()?;
+    local_cluster::registry::push_archive(&archive, &registry)
+        .with_context(|| format!("pushing {}", archive.display()))?;
+    println!(
+        "loaded {} into the local cluster's registry ({registry})",
+        archive.display()
+    );
+    Ok(())
+}
+
+pub(crate) fn manifests() -> Result<()> {
+    for (file, content) in app_operator_manifests::generated_files(&repo())? {
+        let path = repo().join(&file);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, content)?;
+        println!("wrote {file}");
+    }
+    Ok(())
+}
+
+/// Applies the CRDs and waits until the API server serves them.
+pub(crate) fn install(target: &Target) -> Result<()> {
+    let crds = repo().join("config/crd");
+    print!(
+        "{}",
+        target.run(&["apply", "--server-side", "-k", path(&crds)?])?
+    );
+    target.run(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "-f",
+        path(&crds.join("bases"))?,
+    ])?;
+    Ok(())
+}

@@ -1,0 +1,326 @@
+//! `make test` and `make chaos`: the suites, the clusters they run on, the bench smoke.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, ExitStatus};
+
+use anyhow::{Context, Result, bail};
+use local_cluster::install::{self, Target};
+use local_cluster::{Cluster, ClusterOptions, Layout, Tools};
+
+use crate::deliver::{build_image, overlay_dir};
+use crate::{bench, path, repo, run_bench, tool_sources};
+
+/// The benchmark at N = 20 on the test control plane, so it cannot rot; fails on a result no
+/// build should produce (not converged, writes at rest, overshoot).
+pub(crate) async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> {
+    let options = bench::Options {
+        sizes: vec![20],
+        concurrency: 10,
+        repeat: 1,
+        appcluster_size: 20,
+        steady: std::time::Duration::from_secs(5),
+        churn_cycles: 2,
+        churn_size: 10,
+        output: repo().join("target/bench-smoke"),
+        kubeconfig: kubeconfig.to_owned(),
+        operators: vec![bench::Launch::Ours {
+            binary: repo().join("target/debug/app-operator"),
+        }],
+        extra_roles: Vec::new(),
+    };
+    let report = run_bench(&options, tools).await?;
+    let round = report
+        .ours()
+        .and_then(|run| run.myapp.first())
+        .context("no MyApp round")?;
+    let cluster = report.appcluster.as_ref().context("no AppCluster round")?;
+    let checks = [
+        ("all 20 MyApps Ready", round.all_ready()),
+        ("no operator writes at rest", round.steady_writes == 0),
+        ("both floors converged", round.floors_converged()),
+        (
+            "restarted without writes",
+            round.restart.as_ref().is_some_and(|r| r.writes() == 0),
+        ),
+        (
+            "AppCluster reached 20 Ready Pods",
+            cluster.operator_seconds.is_some(),
+        ),
+        ("never more than 20 Pods", cluster.most_pods_at_once <= 20),
+        (
+            "churn: 2 create/delete cycles measured",
+            report.churn.as_ref().is_some_and(|c| c.rss_mib.len() == 2),
+        ),
+        ("chart written", options.output.join("chart.svg").exists()),
+    ];
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(name, _)| *name)
+        .collect();
+    println!(
+        "bench smoke: {} passed, {} failed",
+        checks.len() - failed.len(),
+        failed.len()
+    );
+    if !failed.is_empty() {
+        bail!("bench smoke failed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// Debian's PostgreSQL server, which the SampleDB script tests run (`testkit::postgres`):
+/// installed with apt-get unless some `/usr/lib/postgresql/<major>/bin/initdb` is there already.
+pub(crate) fn ensure_postgres() -> Result<()> {
+    if testkit::postgres::Binaries::find().is_some() {
+        return Ok(());
+    }
+    eprintln!(
+        "installing Debian's PostgreSQL server (no {}/<major>/bin/initdb) for the SampleDB script tests",
+        testkit::postgres::ROOT
+    );
+    for args in [
+        &["update"][..],
+        &["install", "-y", "--no-install-recommends", "postgresql"],
+    ] {
+        let status = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .context("running apt-get (the SampleDB script tests need Debian's `postgresql`)")?;
+        if !status.success() {
+            bail!(
+                "apt-get {} failed ({status}): install Debian's `postgresql` package by hand \
+                 (apt-get install --no-install-recommends postgresql), the SampleDB script tests need it",
+                args.join(" ")
+            );
+        }
+    }
+    testkit::postgres::Binaries::get().context("after installing `postgresql`")?;
+    Ok(())
+}
+
+/// `PATH` with the pinned tools first (the tests run kubectl and etcd).
+pub(crate) fn path_with(tools: &Tools) -> Result<std::ffi::OsString> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut paths = vec![tools.dir.join("bin")];
+    paths.extend(std::env::split_paths(&path));
+    std::env::join_paths(paths).context("PATH")
+}
+
+/// The control plane tests share: an explicit one (`APP_OPERATOR_TEST_KUBECONFIG`), the running
+/// local one, or one started for this run and stopped by [`TestCluster::release`].
+pub(crate) struct TestCluster {
+    kubeconfig: PathBuf,
+    started_here: Option<Layout>,
+}
+
+impl TestCluster {
+    async fn acquire(tools: &Tools) -> Result<TestCluster> {
+        let layout = Layout::default();
+        Ok(match std::env::var_os("APP_OPERATOR_TEST_KUBECONFIG") {
+            Some(path) => TestCluster {
+                kubeconfig: PathBuf::from(path),
+                started_here: None,
+            },
+            None if !layout.running().is_empty() => TestCluster {
+                kubeconfig: layout.kubeconfig(),
+                started_here: None,
+            },
+            None => {
+                eprintln!("starting a local control plane for the test run");
+                let cluster = Cluster::up(&layout, tools, &ClusterOptions::default()).await?;
+                TestCluster {
+                    kubeconfig: cluster.kubeconfig,
+                    started_here: Some(layout),
+                }
+            }
+        })
+    }
+
+    fn release(self) -> Result<()> {
+        if let Some(layout) = self.started_here {
+            let stopped = Cluster::down(&layout)?;
+            eprintln!("stopped the test control plane ({})", stopped.join(", "));
+        }
+        Ok(())
+    }
+}
+
+/// `cargo test` with `args`, the pinned tools on `PATH` and `env` set.
+pub(crate) fn cargo_test(
+    tools: &Tools,
+    args: &[&str],
+    extra: &[String],
+    env: &[(&str, &OsStr)],
+) -> Result<ExitStatus> {
+    Command::new(env!("CARGO"))
+        .arg("test")
+        .args(args)
+        .args(extra)
+        .envs(env.iter().copied())
+        .env("PATH", path_with(tools)?)
+        .status()
+        .context("running cargo test")
+}
+
+/// The fault suite, one row at a time (two would share two cores and miss their deadlines; each
+/// row starts and stops a control plane of its own; its harness overlaps only a row's idle
+/// quiet check with the next row), then, unless `test_args` picked rows, the
+/// spec fuzzer with more cases than `make test` runs (`FUZZ_CASES`, 2000 unless set).
+pub(crate) async fn chaos(test_args: &[String]) -> Result<ExitCode> {
+    let tools = Tools::ensure(&tool_sources())?;
+    let rows = cargo_test(
+        &tools,
+        &["--locked", "-p", "app-operator", "--test", "chaos", "--"],
+        test_args,
+        &[],
+    )?;
+    let fuzz = if test_args.is_empty() {
+        let cases = std::env::var_os("FUZZ_CASES").unwrap_or_else(|| "2000".into());
+        let cluster = TestCluster::acquire(&tools).await?;
+        let status = cargo_test(
+            &tools,
+            &["--locked", "-p", "app-operator", "--test", "fuzz", "--"],
+            &["--nocapture".to_owned()],
+            &[
+                ("FUZZ_CASES", &cases),
+                (
+                    "APP_OPERATOR_TEST_KUBECONFIG",
+                    cluster.kubeconfig.as_os_str(),
+                ),
+            ],
+        );
+        cluster.release()?;
+        Some(status?)
+    } else {
+        None
+    };
+    if !rows.success() {
+        bail!("the fault suite failed ({rows})");
+    }
+    if let Some(fuzz) = fuzz.filter(|status| !status.success()) {
+        bail!("the fuzzer failed ({fuzz})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The whole suite on the shared control plane (kwok), then the bench smoke on it; then the real
+/// node: its own life on this machine, and the samples with the operator deployed on it.
+pub(crate) async fn test(cargo_args: &[String]) -> Result<ExitCode> {
+    ensure_postgres()?;
+    let tools = Tools::ensure(&tool_sources())?;
+    let cluster = TestCluster::acquire(&tools).await?;
+    let status = cargo_test(
+        &tools,
+        &["--workspace", "--locked"],
+        cargo_args,
+        &[(
+            "APP_OPERATOR_TEST_KUBECONFIG",
+            cluster.kubeconfig.as_os_str(),
+        )],
+    );
+    let smoke = match &status {
+        Ok(status) if status.success() => bench_smoke(&cluster.kubeconfig, &tools).await,
+        _ => Ok(()),
+    };
+    cluster.release()?;
+    let status = status?;
+    if !status.success() {
+        bail!("cargo test failed ({status})");
+    }
+    smoke?;
+    test_real_node(&tools).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The real-node suites, one real node at a time: the node's own life (`local-cluster`'s
+/// `real_node`: up, Pods run, down leaves nothing, up again), then a cluster with a real node on
+/// which the operator is deployed as users deploy it (`make image`, `make load`, `make deploy`)
+/// and the operator's `real_node` tests run.
+pub(crate) async fn test_real_node(tools: &Tools) -> Result<()> {
+    let started = std::time::Instant::now();
+    let lifecycle = cargo_test(
+        tools,
+        &["--locked", "-p", "local-cluster", "--test", "real_node"],
+        &[],
+        &[],
+    )?;
+    if !lifecycle.success() {
+        bail!("the real node's lifecycle test failed ({lifecycle})");
+    }
+    let archive = repo().join("target/app-operator-image.tar");
+    build_image(&archive)?;
+    let layout = Layout {
+        state_dir: repo().join("target/test-real-node"),
+    };
+    eprintln!("starting a local control plane with a real node for the real-node suite");
+    let cluster = Cluster::up(&layout, tools, &ClusterOptions::real_node()).await?;
+    let suite = async {
+        local_cluster::registry::push_archive(
+            &archive,
+            &local_cluster::node::NodeLayout::of(&layout).registry_address()?,
+        )?;
+        let target = Target {
+            kubectl: tools.bin("kubectl"),
+            kubeconfig: Some(cluster.kubeconfig.clone().into_os_string()),
+            img: install::DEFAULT_IMG.to_owned(),
+        };
+        print!("{}", install::deploy(&target, &repo(), &overlay_dir())?);
+        let status = cargo_test(
+            tools,
+            &["--locked", "-p", "app-operator", "--test", "real_node"],
+            // What the tests measure (the leader handover) is printed.
+            &["--".to_owned(), "--nocapture".to_owned()],
+            &[(
+                "APP_OPERATOR_TEST_KUBECONFIG",
+                cluster.kubeconfig.as_os_str(),
+            )],
+        )?;
+        if !status.success() {
+            bail!("the real-node suite failed ({status})");
+        }
+        // The chart, as Helm users install it, in place of `make deploy`'s operator: the same
+        // image; its test Pod on the toolbox (the chart's default busybox:1.37 is not built here,
+        // the toolbox has GNU wget, which takes the same arguments).
+        print!("{}", install::undeploy(&target, &repo(), &overlay_dir())?);
+        let helm = |args: &[&str]| -> Result<()> {
+            let status = Command::new(tools.bin("helm"))
+                .args(args)
+                .env("KUBECONFIG", &cluster.kubeconfig)
+                .status()?;
+            if !status.success() {
+                bail!("helm {} failed ({status})", args.join(" "));
+            }
+            Ok(())
+        };
+        let chart = repo().join("charts/app-operator");
+        let release = ["app-operator", "-n", "app-operator-helm"];
+        helm(
+            &[
+                &["install", release[0], path(&chart)?],
+                &release[1..],
+                &[
+                    "--create-namespace",
+                    "--set=image.repository=app-operator",
+                    "--set=image.tag=latest",
+                    "--set=test.image=docker.io/app-operator/toolbox:1",
+                    "--wait",
+                    "--timeout=180s",
+                ],
+            ]
+            .concat(),
+        )?;
+        helm(&[&["test"][..], &release, &["--timeout=120s"]].concat())?;
+        helm(&[&["uninstall"][..], &release, &["--wait"]].concat())?;
+        Ok(())
+    }
+    .await;
+    Cluster::down(&layout)?;
+    eprintln!(
+        "real-node suites done in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    suite
+}
