@@ -364,18 +364,21 @@ async fn the_deployed_operators_metrics_answer_only_a_bound_token() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    // The Service picks either replica; only the leader runs controllers, so only its answer
+    // has reconcile counts (the standby's is 200 too, with leader_election_master_status 0).
     let (code, body) = eventually(
         TIMEOUT,
-        "the metrics endpoint to answer the reader",
+        "the leader's metrics endpoint to answer the reader",
         || async {
             let (code, body) = scrape(Some(reader.clone()));
-            (code == "200").then_some((code, body))
+            (code == "200" && body.contains("controller_runtime_reconcile_total"))
+                .then_some((code, body))
         },
     )
     .await;
     assert_eq!(code, "200");
     assert!(
-        body.contains("controller_runtime_reconcile_total"),
+        body.contains(r#"leader_election_master_status{name="app-operator.example.com"} 1"#),
         "{body}"
     );
     assert_eq!(scrape(None).0, "401");
