@@ -240,11 +240,10 @@ async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
         .await
         .unwrap();
 
-    // Every Pod that reaches Ready gets the chaos label: kwok then fails it at once.
+    // Every Pod that reaches Ready gets the chaos label: kwok then fails it at once. The crasher
+    // records each crashed Pod's name and creation time (whole seconds, set by the API server).
     let pods = ns.api::<Pod>();
-    let crashed = std::sync::Arc::new(std::sync::Mutex::new(
-        Vec::<(String, std::time::Instant)>::new(),
-    ));
+    let crashed = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, i64)>::new()));
     let crasher = tokio::spawn({
         let (pods, crashed) = (pods.clone(), crashed.clone());
         async move {
@@ -271,32 +270,34 @@ async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
                     pods.patch(&name, &PatchParams::default(), &Patch::Merge(&crash))
                         .await
                         .unwrap();
-                    crashed
-                        .lock()
-                        .unwrap()
-                        .push((name.clone(), std::time::Instant::now()));
+                    let created = pod.creation_timestamp().unwrap().0.as_second();
+                    crashed.lock().unwrap().push((name, created));
                 }
             }
         }
     });
-    tokio::time::sleep(std::time::Duration::from_secs(25)).await;
+    // The first Pod and four replacements: enough to see three delays.
+    let crashed = eventually(
+        std::time::Duration::from_secs(180),
+        "five Pods crashed",
+        || async {
+            let crashed = crashed.lock().unwrap().clone();
+            (crashed.len() >= 5).then_some(crashed)
+        },
+    )
+    .await;
     crasher.abort();
 
-    let crashed = crashed.lock().unwrap().clone();
-    // 1 + 2 + 4 + 8 s of waiting fit in 25 s, plus a Pod's start and crash each round: five or
-    // six Pods. Without a backoff each round takes well under a second.
-    assert!(
-        (3..=7).contains(&crashed.len()),
-        "{} Pods crashed in 25 s; a backoff of 1 s, 2 s, 4 s, … allows 3 to 7",
-        crashed.len()
-    );
-    let gaps: Vec<f64> = crashed
+    // The first replacement goes at once; each next one waits 1 s, 2 s, 4 s after the one before.
+    // Creation times are whole seconds, and whole seconds a delay d apart are at least d apart;
+    // without a backoff each round takes well under a second.
+    let gaps: Vec<i64> = crashed[1..5]
         .windows(2)
-        .map(|pair| pair[1].1.duration_since(pair[0].1).as_secs_f64())
+        .map(|pair| pair[1].1 - pair[0].1)
         .collect();
     assert!(
-        gaps.last().unwrap() > &(2.0 * gaps.first().unwrap()),
-        "the delay between replacements must grow: {gaps:?}"
+        gaps.iter().zip([1, 2, 4]).all(|(gap, delay)| *gap >= delay),
+        "replacements must wait at least 1 s, 2 s, 4 s after the one before; they came {gaps:?} s apart"
     );
 
     // Pods no longer crash: the last failed one is replaced after its delay, and stays.
