@@ -277,16 +277,15 @@ async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
         }
     });
     // The first Pod and four replacements: enough to see three delays.
-    let crashed = eventually(
+    eventually(
         std::time::Duration::from_secs(180),
         "five Pods crashed",
-        || async {
-            let crashed = crashed.lock().unwrap().clone();
-            (crashed.len() >= 5).then_some(crashed)
-        },
+        || async { (crashed.lock().unwrap().len() >= 5).then_some(()) },
     )
     .await;
     crasher.abort();
+    let _ = crasher.await;
+    let crashed = crashed.lock().unwrap().clone();
 
     // The first replacement goes at once; each next one waits 1 s, 2 s, 4 s after the one before.
     // Creation times are whole seconds, and whole seconds a delay d apart are at least d apart;
@@ -300,23 +299,74 @@ async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
         "replacements must wait at least 1 s, 2 s, 4 s after the one before; they came {gaps:?} s apart"
     );
 
-    // Pods no longer crash: the last failed one is replaced after its delay, and stays.
-    let running = eventually(
+    // Pods no longer crash: the last failed one is replaced after its delay, and runs.
+    eventually(
         std::time::Duration::from_secs(90),
-        "one Running and Ready Pod after the crashes stop",
+        "one Running and Ready Pod that never crashed, once the crashes stop",
         || async {
             let list = pods
                 .list(&ListParams::default().labels("app=crashy"))
                 .await
                 .ok()?;
-            (list.items.len() == 1 && running_and_ready(&list.items[0])).then_some(list.items)
+            let [pod] = list.items.as_slice() else {
+                return None;
+            };
+            let crashed_before = crashed.iter().any(|(name, _)| *name == pod.name_any());
+            (running_and_ready(pod) && !crashed_before).then_some(())
         },
     )
     .await;
+}
+
+/// A Pod an earlier version made (labelled only `app: <name>`, before AppCluster Pods had a label
+/// of their own) still counts after an upgrade: it gets the new label and stays, and only the
+/// missing Pods are made — never more than `size`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_of_an_earlier_version_is_kept_after_an_upgrade() {
+    let ns = TestNamespace::new("appcluster-upgrade").await;
+    let cluster: AppCluster = object(json!({
+        "apiVersion": "demo.demo.io/v1", "kind": "AppCluster", "metadata": { "name": "kept" }, "spec": { "size": 2 }
+    }));
+    let cluster = ns
+        .api::<AppCluster>()
+        .create(&Default::default(), &cluster)
+        .await
+        .unwrap();
+    let pods = ns.api::<Pod>();
+    let earlier: Pod = object(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "kept-pod-earlier",
+            "labels": { "app": "kept", "app.kubernetes.io/managed-by": "app-operator" },
+            "ownerReferences": [{
+                "apiVersion": "demo.demo.io/v1", "kind": "AppCluster", "name": "kept",
+                "uid": cluster.uid().unwrap(), "controller": true, "blockOwnerDeletion": true
+            }]
+        },
+        "spec": { "containers": [{ "name": "nginx", "image": "nginx:latest" }] }
+    }));
+    pods.create(&Default::default(), &earlier).await.unwrap();
+    let count = PodCount::start(pods.clone(), "app=kept").await;
+
+    let _operator = support::start(&ns, &[ControllerKind::Appcluster]).await;
+    let settled = settled(&ns, "kept", 2).await;
     assert!(
-        crashed
+        settled
             .iter()
-            .all(|(name, _)| *name != running[0].name_any()),
-        "the Pod left running must be a replacement, not a crashed one"
+            .any(|pod| pod.name_any() == "kept-pod-earlier"),
+        "the earlier Pod must be kept: {:?}",
+        settled
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect::<Vec<_>>()
     );
+    let labelled = pods.get("kept-pod-earlier").await.unwrap();
+    assert_eq!(
+        labelled
+            .labels()
+            .get("demo.demo.io/appcluster")
+            .map(String::as_str),
+        Some("kept")
+    );
+    assert_eq!(count.most(), 2, "never more Pods than size");
 }

@@ -22,6 +22,7 @@ struct SampleReconciler;
 
 impl Reconciler for SampleReconciler {
     type Object = Sample;
+    type Memory = ();
 
     async fn reconcile(&self, target: &Target<'_, Sample>) -> Reconciled<SampleStatus> {
         let sample = target.object;

@@ -77,14 +77,15 @@ pub fn finalizers_patch(meta: &ObjectMeta, finalizer: &str, present: bool) -> Va
 /// Runs `live` for a live object (after adding `finalizer`), or `cleanup` for one being deleted,
 /// removing the finalizer once the cleanup is done. A blocked cleanup is an error
 /// ([`Error::CleanupBlocked`], permanent: it waits for a change of the object).
-pub async fn finalize<K, S, L, C>(
-    target: &Target<'_, K>,
+pub async fn finalize<K, M, S, L, C>(
+    target: &Target<'_, K, M>,
     finalizer: &str,
     live: impl FnOnce() -> L,
     cleanup: impl FnOnce() -> C,
 ) -> Reconciled<S>
 where
     K: Cached,
+    M: Default,
     L: Future<Output = Reconciled<S>>,
     C: Future<Output = (Result<Cleanup, Error>, S)>,
 {

@@ -1,9 +1,6 @@
 //! Jobs a controller runs (backups, restores, upgrades): where one stands, creating one exactly
 //! once per name, keeping a bounded history of finished ones, announcing each finished one once.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -221,15 +218,12 @@ pub fn newly_finished<'a, J>(
     newer
 }
 
-/// Which finished Jobs each object's events and metrics have announced, by when its latest
+/// Which finished Jobs an object's events and metrics have announced, by when its latest
 /// succeeded and failed Jobs finished. A pass reading the object from a cache that does not yet
 /// show the status written with them records them again (the same status), but must not count or
-/// announce them twice.
+/// announce them twice. Kept in the object's memory.
 #[derive(Default)]
-pub struct Announced(Mutex<HashMap<String, Latest>>);
-
-#[derive(Default)]
-struct Latest {
+pub struct Announced {
     succeeded: Option<Timestamp>,
     failed: Option<Timestamp>,
 }
@@ -241,31 +235,18 @@ pub enum Outcome {
 }
 
 impl Announced {
-    /// Whether the Job of `key` (`namespace/name`) that ended with `outcome` at `at` is announced
-    /// for the first time (and remembers it).
-    pub fn first(&self, key: &str, outcome: Outcome, at: Option<&Time>) -> bool {
+    /// Whether the Job that ended with `outcome` at `at` is announced for the first time (and
+    /// remembers it).
+    pub fn first(&mut self, outcome: Outcome, at: Option<&Time>) -> bool {
         let at = at.map(|t| t.0);
-        let mut announced = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let latest = announced.entry(key.to_owned()).or_default();
         let slot = match outcome {
-            Outcome::Succeeded => &mut latest.succeeded,
-            Outcome::Failed => &mut latest.failed,
+            Outcome::Succeeded => &mut self.succeeded,
+            Outcome::Failed => &mut self.failed,
         };
         if at.is_some() && *slot >= at {
             return false;
         }
         *slot = at;
         true
-    }
-
-    /// Drops what is remembered of `key` (the object is gone).
-    pub fn forget(&self, key: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(key);
     }
 }

@@ -8,6 +8,7 @@ pub mod conditions;
 pub mod error;
 pub mod finalizer;
 pub mod jobs;
+pub mod memory;
 pub mod runner;
 pub mod schedule;
 pub mod written;

@@ -1,19 +1,15 @@
 //! Statuses a controller wrote that its cache may not show yet.
 
-use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Mutex;
 
 use serde::Serialize;
 
 /// A reconcile woken before the watch has delivered the controller's own last status write sees
 /// the status from before it. Compared against that, the same status would be written again (with
-/// a new `lastUpdateTime`, which wakes the controller once more). This remembers each write until
-/// the cache has moved past the version it was based on.
+/// a new `lastUpdateTime`, which wakes the controller once more). This remembers an object's last
+/// write until the cache has moved past the version it was based on.
 #[derive(Default)]
-pub struct WrittenStatuses {
-    by_object: Mutex<HashMap<String, Written>>,
-}
+pub struct WrittenStatus(Option<Written>);
 
 struct Written {
     /// The object's resourceVersion when the status was written: while the cache still holds
@@ -36,46 +32,27 @@ impl Fingerprint {
     }
 }
 
-impl WrittenStatuses {
-    /// Whether `status` was written for `key` and the cache, still at the `version` the write was
-    /// based on, just does not show it yet. Once the cache has another version the write is
+impl WrittenStatus {
+    /// Whether `status` was written and the cache, still at the `version` the write was based
+    /// on, just does not show it yet. Once the cache has another version the write is
     /// forgotten: from then on the cached status is the truth (our write, or a newer change).
-    pub fn awaiting_cache(&self, key: &str, version: Option<&str>, status: Fingerprint) -> bool {
-        let mut by_object = self.lock();
-        match by_object.get(key) {
+    pub fn awaiting_cache(&mut self, version: Option<&str>, status: Fingerprint) -> bool {
+        match &self.0 {
             Some(written) if Some(written.based_on.as_str()) == version => written.status == status,
             Some(_) => {
-                by_object.remove(key);
+                self.0 = None;
                 false
             }
             None => false,
         }
     }
 
-    /// Forgets `key` (the object is gone).
-    pub fn forget(&self, key: &str) {
-        self.lock().remove(key);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
-        self.by_object
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Records that `status` was written for `key`, whose cached version was `version`.
-    pub fn wrote(&self, key: String, version: Option<&str>, status: Fingerprint) {
-        let Some(version) = version else {
-            return;
-        };
-        let mut by_object = self.lock();
-        by_object.insert(
-            key,
-            Written {
-                based_on: version.to_owned(),
-                status,
-            },
-        );
+    /// Records that `status` was written while the cached version was `version`.
+    pub fn wrote(&mut self, version: Option<&str>, status: Fingerprint) {
+        self.0 = version.map(|version| Written {
+            based_on: version.to_owned(),
+            status,
+        });
     }
 }
 
@@ -89,21 +66,20 @@ mod tests {
 
     #[test]
     fn a_write_is_awaited_only_while_the_cache_has_the_version_it_was_based_on() {
-        let written = WrittenStatuses::default();
-        assert!(!written.awaiting_cache("ns/a", Some("7"), fingerprint(false)));
-        written.wrote("ns/a".into(), Some("7"), fingerprint(false));
-        assert!(written.awaiting_cache("ns/a", Some("7"), fingerprint(false)));
+        let mut written = WrittenStatus::default();
+        assert!(!written.awaiting_cache(Some("7"), fingerprint(false)));
+        written.wrote(Some("7"), fingerprint(false));
+        assert!(written.awaiting_cache(Some("7"), fingerprint(false)));
         assert!(
-            !written.awaiting_cache("ns/a", Some("7"), fingerprint(true)),
+            !written.awaiting_cache(Some("7"), fingerprint(true)),
             "another status is still written"
         );
-        assert!(!written.awaiting_cache("ns/b", Some("7"), fingerprint(false)));
         assert!(
-            !written.awaiting_cache("ns/a", Some("8"), fingerprint(false)),
+            !written.awaiting_cache(Some("8"), fingerprint(false)),
             "the cache moved on"
         );
         assert!(
-            !written.awaiting_cache("ns/a", Some("7"), fingerprint(false)),
+            !written.awaiting_cache(Some("7"), fingerprint(false)),
             "and the write is forgotten"
         );
     }

@@ -7,7 +7,7 @@ mod expectations;
 mod pods;
 mod status;
 
-pub use pods::pod;
+pub use pods::{CLUSTER_LABEL, pod};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -30,9 +30,13 @@ use self::status::status;
 use super::Wiring;
 use crate::reconcile::Error;
 use crate::reconcile::apply::controlled;
-use crate::reconcile::backoff::Backoff;
+use crate::reconcile::backoff::{Backoff, Failures};
 use crate::reconcile::children::delete_child;
-use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Target};
+use crate::reconcile::managed_selector;
+use crate::reconcile::runner::{
+    Announcement, Reconciled, Reconciler, Runner, Settings, Target, key,
+};
+use serde_json::json;
 
 pub const NAME: &str = "appcluster";
 
@@ -45,33 +49,83 @@ const DELETES_IN_FLIGHT: usize = 32;
 
 pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let settings = wiring.settings;
-    // AppCluster Pods carry `app: <name>`; etcd members and SampleDB Pods have labels of their own.
-    let own_pods = format!(
-        "app,!{},!{}",
-        super::etcdcluster::CLUSTER_LABEL,
-        super::sampledb::INSTANCE_LABEL
-    );
-    let mut runner = Runner::<AppCluster>::new(NAME, &settings).children(&own_pods);
+    label_pods_of_older_versions(&settings).await;
+    let mut runner = Runner::<AppCluster>::new(NAME, &settings).children(CLUSTER_LABEL);
     let reconciler = AppClusterReconciler {
         pods: runner.owns(),
-        expectations: Expectations::default(),
-        failed_pods: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
     };
     runner.run(reconciler, shutdown).await;
 }
 
+/// Gives the Pods an earlier version of the operator made (labelled only `app: <name>`) the label the
+/// controller now watches, so they keep counting toward `size` instead of being replaced and then
+/// deleted as surplus. A failure is logged: those Pods are then replaced, never lost track of
+/// (they stay owned by their AppCluster).
+async fn label_pods_of_older_versions(settings: &Settings) {
+    let pods: Api<Pod> = match &settings.namespace {
+        Some(namespace) => Api::namespaced(settings.client.clone(), namespace),
+        None => Api::all(settings.client.clone()),
+    };
+    let unlabelled = format!("app,{},!{CLUSTER_LABEL}", managed_selector());
+    let listed = match pods.list(&ListParams::default().labels(&unlabelled)).await {
+        Ok(listed) => listed.items,
+        Err(error) => {
+            tracing::warn!(%error, "could not list AppCluster Pods of an older version to label them");
+            return;
+        }
+    };
+    for pod in listed {
+        let owner = pod.owner_references().iter().find(|owner| {
+            owner.controller == Some(true)
+                && owner.kind == "AppCluster"
+                && owner.api_version.starts_with("demo.demo.io/")
+        });
+        let (Some(owner), Some(namespace)) = (owner, pod.namespace()) else {
+            continue;
+        };
+        let label = json!({ "metadata": { "labels": { CLUSTER_LABEL: owner.name } } });
+        let api: Api<Pod> = Api::namespaced(settings.client.clone(), &namespace);
+        match api
+            .patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&label),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(pod = %key(&pod), cluster = owner.name, "labelled a Pod of an older version")
+            }
+            Err(error) => {
+                tracing::warn!(pod = %key(&pod), %error, "could not label a Pod of an older version; it will be replaced")
+            }
+        }
+    }
+}
+
+/// Replacing Pods that failed waits longer after each round.
+const FAILED_POD_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
+
 struct AppClusterReconciler {
     pods: Store<Pod>,
+}
+
+/// What is remembered about each AppCluster.
+#[derive(Default)]
+struct Memory {
     expectations: Expectations,
-    /// Per AppCluster: replacing Pods that failed waits longer after each round.
-    failed_pods: Backoff,
+    failed_pods: Failures,
 }
 
 impl Reconciler for AppClusterReconciler {
     type Object = AppCluster;
+    type Memory = Memory;
 
-    async fn reconcile(&self, target: &Target<'_, AppCluster>) -> Reconciled<AppClusterStatus> {
-        let (cluster, object_key) = (target.object, &target.key);
+    async fn reconcile(
+        &self,
+        target: &Target<'_, AppCluster, Memory>,
+    ) -> Reconciled<AppClusterStatus> {
+        let cluster = target.object;
         if target.deleting() {
             // Going away; the garbage collector removes its Pods.
             return Reconciled::unchanged(Ok(Action::await_change()));
@@ -81,12 +135,14 @@ impl Reconciler for AppClusterReconciler {
             .iter()
             .map(|pod| (pod.name_any(), pod.as_ref()))
             .collect();
-        let synced = self
-            .expectations
-            .satisfied(object_key, |name| match by_name.get(name) {
-                Some(pod) if pod.metadata.deletion_timestamp.is_none() => Seen::Present,
-                _ => Seen::Gone,
-            });
+        let synced = target.remember(|memory| {
+            memory
+                .expectations
+                .satisfied(|name| match by_name.get(name) {
+                    Some(pod) if pod.metadata.deletion_timestamp.is_none() => Seen::Present,
+                    _ => Seen::Gone,
+                })
+        });
         let active: Vec<&Pod> = owned
             .iter()
             .map(Arc::as_ref)
@@ -106,11 +162,6 @@ impl Reconciler for AppClusterReconciler {
         let desired = status(cluster, active.len(), ready, outcome.as_ref().err(), &now);
         Reconciled::status(desired, outcome, then).announcing(announce)
     }
-
-    fn forget(&self, key: &str) {
-        self.expectations.forget(key);
-        self.failed_pods.reset(key);
-    }
 }
 
 impl AppClusterReconciler {
@@ -119,11 +170,11 @@ impl AppClusterReconciler {
     /// next reconcile may act.
     async fn scale(
         &self,
-        target: &Target<'_, AppCluster>,
+        target: &Target<'_, AppCluster, Memory>,
         owned: &[Arc<Pod>],
         active: &[&Pod],
     ) -> (Result<(), Error>, Action, Vec<Announcement>) {
-        let (cluster, object_key) = (target.object, &target.key);
+        let cluster = target.object;
         let api: Api<Pod> = Api::namespaced(target.shared.client.clone(), &target.namespace);
         let size = usize::try_from(cluster.spec.size).unwrap_or(0);
         let finished: Vec<&Pod> = owned
@@ -132,7 +183,7 @@ impl AppClusterReconciler {
             .filter(|pod| is_finished(pod))
             .collect();
         let mut then = Action::await_change();
-        let (replaced, waiting) = match self.failed_pods.remaining(object_key) {
+        let (replaced, waiting) = match target.remember(|memory| memory.failed_pods.remaining()) {
             Some(delay) if !finished.is_empty() => {
                 then = Action::requeue(delay);
                 (Vec::new(), finished.len())
@@ -142,7 +193,7 @@ impl AppClusterReconciler {
         // Replacements are not reset by a Ready Pod: a crashing container is Ready for a while
         // before each failure. The backoff starts over after ten quiet minutes instead.
         if !replaced.is_empty() {
-            self.failed_pods.failed(object_key);
+            target.remember(|memory| FAILED_POD_BACKOFF.failed(&mut memory.failed_pods));
         }
         let to_delete: Vec<String> = if active.len() > size {
             replaced
@@ -156,18 +207,16 @@ impl AppClusterReconciler {
         let missing = size.saturating_sub(active.len() + waiting);
 
         let deleted = delete_pods(&api, to_delete).await;
-        self.expectations.add(
-            object_key,
-            [],
-            deleted.iter().filter_map(|r| r.as_ref().ok().cloned()),
-        );
+        target.remember(|memory| {
+            let deleted = deleted.iter().filter_map(|r| r.as_ref().ok().cloned());
+            memory.expectations.add([], deleted);
+        });
         let template = pod(cluster, target.owner.clone());
         let created = create_pods(&api, &template, missing.min(BURST)).await;
-        self.expectations.add(
-            object_key,
-            created.iter().filter_map(|r| r.as_ref().ok().cloned()),
-            [],
-        );
+        target.remember(|memory| {
+            let created = created.iter().filter_map(|r| r.as_ref().ok().cloned());
+            memory.expectations.add(created, []);
+        });
 
         let counts = [
             (

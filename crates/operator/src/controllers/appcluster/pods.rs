@@ -9,13 +9,18 @@ use kube::ResourceExt;
 
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
+/// The label every AppCluster Pod carries (the AppCluster's name): the controller watches the Pods
+/// with it, and no other controller's.
+pub const CLUSTER_LABEL: &str = "demo.demo.io/appcluster";
+
 /// The label selector of an AppCluster's Pods (`app=<name>`, as in the tutorial).
 pub fn selector(cluster: &AppCluster) -> String {
     format!("app={}", cluster.name_any())
 }
 
 /// A Pod as the tutorial makes it: `<name>-pod-<random>`, label `app: <name>`, one `nginx`
-/// container. The `managed-by` label lets the operator watch only its own Pods.
+/// container. The `managed-by` label lets the operator watch only its own Pods, and
+/// [`CLUSTER_LABEL`] only the AppClusters'.
 pub fn pod(cluster: &AppCluster, owner: OwnerReference) -> Pod {
     let name = cluster.name_any();
     Pod {
@@ -23,7 +28,8 @@ pub fn pod(cluster: &AppCluster, owner: OwnerReference) -> Pod {
             generate_name: Some(format!("{name}-pod-")),
             namespace: cluster.namespace(),
             labels: Some(BTreeMap::from([
-                ("app".to_owned(), name),
+                ("app".to_owned(), name.clone()),
+                (CLUSTER_LABEL.to_owned(), name),
                 (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
             ])),
             owner_references: Some(vec![owner]),

@@ -13,8 +13,7 @@ mod children;
 pub mod plan;
 mod status;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use app_operator_api::etcdbackup::{EtcdBackupStatus, SnapshotRecord};
@@ -72,8 +71,6 @@ pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Syn
         addressing,
         etcd,
         metrics: settings.metrics.clone(),
-        announced: Announced::default(),
-        turns: Mutex::default(),
     };
     runner.run(reconciler, shutdown).await;
 }
@@ -84,14 +81,19 @@ struct EtcdBackupReconciler {
     addressing: Addressing,
     etcd: Arc<dyn EtcdApi>,
     metrics: Arc<Metrics>,
-    announced: Announced,
-    /// Whose backup Job copies each cluster (`namespace/cluster`), as this process started it.
-    turns: Mutex<HashMap<String, Turn>>,
 }
 
-/// A backup Job this process started, until the cache shows it finished.
+/// What is remembered about each EtcdBackup.
+#[derive(Default)]
+struct Memory {
+    announced: Announced,
+    /// The backup Job this process started for it, until the cache shows it finished.
+    turn: Option<Turn>,
+}
+
+/// A backup Job copying a cluster: only one at a time per cluster.
 struct Turn {
-    backup: String,
+    cluster: String,
     job: String,
     since: Instant,
 }
@@ -104,10 +106,13 @@ struct Source {
     db_size: u64,
 }
 
+type Context<'a> = Target<'a, EtcdBackup, Memory>;
+
 impl Reconciler for EtcdBackupReconciler {
     type Object = EtcdBackup;
+    type Memory = Memory;
 
-    async fn reconcile(&self, context: &Target<'_, EtcdBackup>) -> Reconciled<EtcdBackupStatus> {
+    async fn reconcile(&self, context: &Context<'_>) -> Reconciled<EtcdBackupStatus> {
         let (backup, namespace, uid) = (context.object, &context.namespace, &context.uid);
         let now = Timestamp::now();
         let desired = desired(backup);
@@ -121,7 +126,7 @@ impl Reconciler for EtcdBackupReconciler {
                 .as_ref()
                 .and_then(|s| s.last_schedule_time.as_ref())
                 .map(|t| t.0),
-            other_job: self.turn(backup, namespace, None),
+            other_job: self.turn(context, None),
             now,
         };
         let plan = plan::plan(&desired, &observed);
@@ -155,11 +160,8 @@ impl Reconciler for EtcdBackupReconciler {
         Reconciled::status(status, outcome, then).announcing(announce)
     }
 
-    fn forget(&self, key: &str) {
-        self.announced.forget(key);
-        if let Some((namespace, name)) = key.split_once('/') {
-            self.metrics.forget_etcd_backup(namespace, name);
-        }
+    fn forget_metrics(&self, namespace: &str, name: &str) {
+        self.metrics.forget_etcd_backup(namespace, name);
     }
 }
 
@@ -168,59 +170,54 @@ impl EtcdBackupReconciler {
     /// this process and not cached yet. With `take`, when there is none, this backup's Job
     /// `take` takes the turn in the same step (two EtcdBackups of a cluster may be reconciled at
     /// once).
-    fn turn(&self, backup: &EtcdBackup, namespace: &str, take: Option<&str>) -> Option<String> {
-        let cluster = &backup.spec.etcd_cluster.name;
-        let own = backup.name_any();
-        let key = format!("{namespace}/{cluster}");
-        let mut turns = self
-            .turns
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let over = turns.get(&key).is_some_and(|turn| {
-            match cached(&self.jobs, &turn.job, namespace).map(|job| job_state(&job)) {
-                Some(JobState::Running) => false,
-                Some(_) => true,
-                None => turn.since.elapsed() > TURN_UNSEEN,
+    fn turn(&self, context: &Context<'_>, take: Option<&str>) -> Option<String> {
+        let namespace = &context.namespace;
+        let cluster = &context.object.spec.etcd_cluster.name;
+        let in_namespace = format!("{namespace}/");
+        let over = |turn: &Turn| match cached(&self.jobs, &turn.job, namespace)
+            .map(|job| job_state(&job))
+        {
+            Some(JobState::Running) => false,
+            Some(_) => true,
+            None => turn.since.elapsed() > TURN_UNSEEN,
+        };
+        context.remember_among(|own, others| {
+            let mut other = None;
+            for (key, memory) in others {
+                memory.turn.take_if(|turn| over(turn));
+                if let Some(turn) = &memory.turn
+                    && key.starts_with(&in_namespace)
+                    && turn.cluster == *cluster
+                {
+                    other = Some(turn.job.clone());
+                }
             }
-        });
-        if over {
-            turns.remove(&key);
-        }
-        let other = turns
-            .get(&key)
-            .filter(|turn| turn.backup != own)
-            .map(|turn| turn.job.clone())
-            .or_else(|| {
+            let other = other.or_else(|| {
                 self.jobs
                     .state()
                     .into_iter()
                     .filter(|job| job.namespace().as_deref() == Some(namespace))
                     .filter(|job| job.labels().get(CLUSTER_LABEL) == Some(cluster))
-                    .filter(|job| job.labels().get(INSTANCE_LABEL) != Some(&own))
+                    .filter(|job| job.labels().get(INSTANCE_LABEL) != Some(&context.name))
                     .find(|job| job_state(job) == JobState::Running)
                     .map(|job| job.name_any())
             });
-        if let (None, Some(job)) = (&other, take) {
-            let turn = Turn {
-                backup: own,
-                job: job.to_owned(),
-                since: Instant::now(),
-            };
-            turns.insert(key, turn);
-        }
-        other
+            if let (None, Some(job)) = (&other, take) {
+                own.turn = Some(Turn {
+                    cluster: cluster.clone(),
+                    job: job.to_owned(),
+                    since: Instant::now(),
+                });
+            }
+            other
+        })
     }
 
     /// Events and metrics for the Jobs that finished since the status recorded (each once,
     /// even when a pass reads a status older than its own last write).
-    fn announcements(
-        &self,
-        context: &Target<'_, EtcdBackup>,
-        observed: &Observed,
-    ) -> Vec<Announcement> {
+    fn announcements(&self, context: &Context<'_>, observed: &Observed) -> Vec<Announcement> {
         let previous = context.object.status.clone().unwrap_or_default();
         let (namespace, name) = (&context.namespace, &context.name);
-        let key = format!("{namespace}/{name}");
         let metrics = &self.metrics;
         let mut announce = Vec::new();
         for finished in status::newly_finished(&previous, &observed.jobs) {
@@ -230,7 +227,7 @@ impl EtcdBackupReconciler {
             } else {
                 Outcome::Failed
             };
-            if !self.announced.first(&key, outcome, Some(&at)) {
+            if !context.remember(|memory| memory.announced.first(outcome, Some(&at))) {
                 continue;
             }
             let (type_, reason, note) = if finished.succeeded {
@@ -264,7 +261,7 @@ impl EtcdBackupReconciler {
     }
 
     /// Takes the plan's step.
-    async fn take(&self, context: &Target<'_, EtcdBackup>, step: &Step) -> Result<Taken, Error> {
+    async fn take(&self, context: &Context<'_>, step: &Step) -> Result<Taken, Error> {
         match step {
             Step::Start { tick, skipped } => self.start(context, *tick, *skipped).await,
             Step::Trim { jobs } => {
@@ -283,7 +280,7 @@ impl EtcdBackupReconciler {
     /// Job, unless another EtcdBackup's Job copies the cluster now (then this one waits).
     async fn start(
         &self,
-        context: &Target<'_, EtcdBackup>,
+        context: &Context<'_>,
         tick: Timestamp,
         skipped: u64,
     ) -> Result<Taken, Error> {
@@ -332,7 +329,7 @@ impl EtcdBackupReconciler {
                 timeout_seconds: policy(backup).timeout_in_second,
             },
         );
-        if let Some(other_job) = self.turn(backup, &context.namespace, Some(&job.name_any())) {
+        if let Some(other_job) = self.turn(context, Some(&job.name_any())) {
             return Ok(Taken::TurnedAway { other_job });
         }
         let api: Api<Job> = Api::namespaced(context.shared.client.clone(), &context.namespace);
@@ -429,7 +426,7 @@ impl EtcdBackupReconciler {
 
     /// Makes sure the claim snapshots go to is there: the one the spec names must exist, ours
     /// is created when missing.
-    async fn destination(&self, context: &Target<'_, EtcdBackup>) -> Result<(), Error> {
+    async fn destination(&self, context: &Context<'_>) -> Result<(), Error> {
         let backup = context.object;
         let name = children::claim_name(backup);
         let claims: Api<PersistentVolumeClaim> =

@@ -83,6 +83,7 @@ struct EtcdClusterReconciler {
 
 impl Reconciler for EtcdClusterReconciler {
     type Object = EtcdCluster;
+    type Memory = ();
 
     async fn reconcile(&self, context: &Target<'_, EtcdCluster>) -> Reconciled<EtcdClusterStatus> {
         let (cluster, namespace, uid) = (context.object, &context.namespace, &context.uid);
@@ -158,10 +159,8 @@ impl Reconciler for EtcdClusterReconciler {
         Reconciled::status(status, outcome, then)
     }
 
-    fn forget(&self, key: &str) {
-        if let Some((namespace, name)) = key.split_once('/') {
-            self.metrics.forget_etcd_cluster(namespace, name);
-        }
+    fn forget_metrics(&self, namespace: &str, name: &str) {
+        self.metrics.forget_etcd_cluster(namespace, name);
     }
 }
 

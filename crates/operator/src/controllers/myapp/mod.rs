@@ -76,6 +76,7 @@ struct MyAppReconciler {
 
 impl Reconciler for MyAppReconciler {
     type Object = MyApp;
+    type Memory = ();
 
     async fn reconcile(&self, target: &Target<'_, MyApp>) -> Reconciled<MyAppStatus> {
         let (app, namespace, client) = (target.object, &target.namespace, &target.shared.client);

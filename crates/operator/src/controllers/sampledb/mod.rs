@@ -59,7 +59,6 @@ pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Syn
         jobs: runner.owns(),
         pods: runner.owns(),
         metrics: settings.metrics.clone(),
-        announced: Announced::default(),
     };
     runner.run(reconciler, shutdown).await;
 }
@@ -72,10 +71,9 @@ struct SampleDBReconciler {
     jobs: Store<Job>,
     pods: Store<Pod>,
     metrics: Arc<Metrics>,
-    announced: Announced,
 }
 
-type Context<'a> = Target<'a, SampleDB>;
+type Context<'a> = Target<'a, SampleDB, Announced>;
 
 /// The Jobs of the SampleDB's namespace.
 fn jobs(context: &Context<'_>) -> Api<Job> {
@@ -84,6 +82,7 @@ fn jobs(context: &Context<'_>) -> Api<Job> {
 
 impl Reconciler for SampleDBReconciler {
     type Object = SampleDB;
+    type Memory = Announced;
 
     async fn reconcile(&self, context: &Context<'_>) -> Reconciled<SampleDBStatus> {
         finalize(
@@ -95,11 +94,8 @@ impl Reconciler for SampleDBReconciler {
         .await
     }
 
-    fn forget(&self, key: &str) {
-        self.announced.forget(key);
-        if let Some((namespace, name)) = key.split_once('/') {
-            self.metrics.sampledb_backups.forget(namespace, name);
-        }
+    fn forget_metrics(&self, namespace: &str, name: &str) {
+        self.metrics.sampledb_backups.forget(namespace, name);
     }
 }
 
@@ -427,7 +423,6 @@ impl SampleDBReconciler {
         status: &SampleDBStatus,
         observed: &Observed,
     ) {
-        let key = format!("{}/{}", context.namespace, context.name);
         let backups = &self.metrics.sampledb_backups;
         for finished in status::newly_finished(&previous.backup, &observed.backups) {
             let (outcome, label) = if finished.succeeded {
@@ -435,10 +430,7 @@ impl SampleDBReconciler {
             } else {
                 (Outcome::Failed, "failed")
             };
-            if self
-                .announced
-                .first(&key, outcome, Some(&Time(finished.at)))
-            {
+            if context.remember(|announced| announced.first(outcome, Some(&Time(finished.at)))) {
                 backups.finished(&context.namespace, &context.name, label);
             }
         }

@@ -9,8 +9,8 @@
 //! - a span per reconcile (controller, namespace, name, reconcile id), the
 //!   `controller_runtime_*` metrics on every exit path, one Warning event per failure;
 //! - permanent errors wait for the object to change, transient ones back off per object;
-//! - a deleted object's per-object state (backoff, remembered statuses, the controller's own) is
-//!   dropped.
+//! - what is remembered per object (its backoff, its last status write, a permanent failure, the
+//!   controller's own [`Reconciler::Memory`]) is one entry, dropped when the object is deleted.
 
 mod caches;
 mod reconciled;
@@ -31,15 +31,17 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::backoff::Backoff;
+use super::backoff::{Backoff, Failures};
 use super::managed_selector;
+use super::memory::PerObject;
+use super::written::WrittenStatus;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::readiness::Readiness;
 
 use self::caches::{applied_once_stored, cache, controllers_of};
 pub use self::reconciled::{Announcement, HasStatus, Reconciled, Target};
 pub use self::shared::Shared;
-use self::worker::{Context, WaitingForChange, error_policy, reconcile};
+use self::worker::{Context, PermanentFailure, error_policy, reconcile};
 
 /// What a controller needs from the process that runs it.
 #[derive(Clone)]
@@ -97,16 +99,29 @@ impl<K> Cached for K where
 pub trait Reconciler: Send + Sync + 'static {
     /// The controller's primary kind.
     type Object: Cached + serde::Serialize + HasStatus;
+    /// What the controller remembers about each object between reconciles ([`Target::remember`]).
+    type Memory: Default + Send + 'static;
 
     /// Brings the world in line with the target's object, and says what its status should be.
     /// A failure in [`Reconciled::outcome`] is the runner's to report and retry.
     fn reconcile(
         &self,
-        target: &Target<'_, Self::Object>,
+        target: &Target<'_, Self::Object, Self::Memory>,
     ) -> impl Future<Output = Reconciled<<Self::Object as HasStatus>::Status>> + Send;
 
-    /// Drops what the controller remembers about the object `key` (`namespace/name`), which is gone.
-    fn forget(&self, _key: &str) {}
+    /// Drops the metrics of the object `namespace`/`name`, which is gone.
+    fn forget_metrics(&self, _namespace: &str, _name: &str) {}
+}
+
+/// What the runner remembers about one object, with what its controller remembers (`own`).
+#[derive(Default)]
+pub(super) struct Remembered<M> {
+    /// Transient failures since the last success, for the retry's backoff.
+    failures: Failures,
+    /// The last status written, until the cache shows it.
+    written: WrittenStatus,
+    permanent_failure: PermanentFailure,
+    own: M,
 }
 
 /// `namespace/name`, the key for logs and per-object state.
@@ -212,8 +227,8 @@ impl<K: Cached + serde::Serialize + HasStatus> Runner<K> {
             reconciler,
             shared: Shared::new(name, &settings),
             readiness: settings.readiness.clone(),
-            backoff: Backoff::default(),
-            waiting_for_change: WaitingForChange::default(),
+            retries: Backoff::default(),
+            memory: PerObject::default(),
         });
         let deletions = context.clone();
         let queue = metrics.clone();

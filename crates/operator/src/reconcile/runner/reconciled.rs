@@ -9,9 +9,10 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::{Cached, Shared, key};
+use super::{Cached, Remembered, Shared, key};
 use crate::reconcile::Error;
 use crate::reconcile::apply::controller_reference;
+use crate::reconcile::memory::PerObject;
 
 /// A primary kind whose status the runner writes.
 pub trait HasStatus {
@@ -23,8 +24,9 @@ pub trait HasStatus {
     fn stamp(_status: &mut Self::Status) {}
 }
 
-/// The object a reconcile works on, resolved once by the runner.
-pub struct Target<'a, K> {
+/// The object a reconcile works on, resolved once by the runner, with what its controller
+/// remembers (`M`, see [`Target::remember`]).
+pub struct Target<'a, K, M = ()> {
     pub object: &'a K,
     pub name: String,
     pub namespace: String,
@@ -34,10 +36,15 @@ pub struct Target<'a, K> {
     /// `namespace/name`, the key of per-object state.
     pub key: String,
     pub shared: &'a Shared,
+    memory: &'a PerObject<Remembered<M>>,
 }
 
-impl<'a, K: Cached> Target<'a, K> {
-    pub(super) fn resolve(object: &'a K, shared: &'a Shared) -> Result<Target<'a, K>, Error> {
+impl<'a, K: Cached, M: Default> Target<'a, K, M> {
+    pub(super) fn resolve(
+        object: &'a K,
+        shared: &'a Shared,
+        memory: &'a PerObject<Remembered<M>>,
+    ) -> Result<Target<'a, K, M>, Error> {
         let namespace = object
             .namespace()
             .ok_or(Error::MissingMetadata("namespace"))?;
@@ -51,6 +58,30 @@ impl<'a, K: Cached> Target<'a, K> {
             uid,
             owner,
             shared,
+            memory,
+        })
+    }
+
+    /// Runs `f` on what the controller remembers about this object (dropped with the object).
+    pub fn remember<R>(&self, f: impl FnOnce(&mut M) -> R) -> R {
+        self.memory
+            .with(&self.key, |remembered| f(&mut remembered.own))
+    }
+
+    /// Runs `f` on what the controller remembers about this object and, in the same step,
+    /// about each of its other objects (by key).
+    pub fn remember_among<R>(
+        &self,
+        f: impl FnOnce(&mut M, &mut dyn Iterator<Item = (&str, &mut M)>) -> R,
+    ) -> R {
+        self.memory.each(|all| {
+            let mut own = all.remove(&self.key).unwrap_or_default();
+            let mut others = all
+                .iter_mut()
+                .map(|(key, remembered)| (key.as_str(), &mut remembered.own));
+            let result = f(&mut own.own, &mut others);
+            all.insert(self.key.clone(), own);
+            result
         })
     }
 

@@ -9,7 +9,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use super::{Cached, HasStatus, Reconciled, Settings, key};
 use crate::reconcile::apply::apply_status;
-use crate::reconcile::written::{Fingerprint, WrittenStatuses};
+use crate::reconcile::written::{Fingerprint, WrittenStatus};
 use crate::reconcile::{Error, FIELD_MANAGER};
 use crate::telemetry::metrics::Metrics;
 
@@ -22,7 +22,6 @@ pub struct Shared {
     /// It keeps every event it published for six minutes (about 3 KiB each), so one-off Normal
     /// events do not go through it: at 1000 MyApps it held 6 MiB, a sixth of the heap.
     warnings: Recorder,
-    pub(super) written: WrittenStatuses,
     pub metrics: Arc<Metrics>,
 }
 
@@ -37,7 +36,6 @@ impl Shared {
             client: settings.client.clone(),
             warnings: Recorder::new(settings.client.clone(), reporter.clone()),
             reporter,
-            written: WrittenStatuses::default(),
             metrics: settings.metrics.clone(),
         }
     }
@@ -94,11 +92,13 @@ impl Shared {
     }
 
     /// Ends a reconcile: writes the status it returned while publishing what it announced, and
-    /// gives its requeue (or its failure, or the status write's).
+    /// gives its requeue (or its failure, or the status write's). `written` runs a function on
+    /// the object's [`WrittenStatus`].
     pub(super) async fn finish<K: Cached + HasStatus>(
         &self,
         object: &K,
         reconciled: Reconciled<K::Status>,
+        written: impl Fn(&dyn Fn(&mut WrittenStatus) -> bool) -> bool,
     ) -> Result<Action, Error> {
         let Reconciled {
             status,
@@ -115,7 +115,7 @@ impl Shared {
         };
         let written = async {
             match status {
-                Some(status) => self.write_status(object, status, outcome).await,
+                Some(status) => self.write_status(object, status, outcome, written).await,
                 None => outcome,
             }
         };
@@ -132,6 +132,7 @@ impl Shared {
         object: &K,
         mut desired: K::Status,
         outcome: Result<(), Error>,
+        written: impl Fn(&dyn Fn(&mut WrittenStatus) -> bool) -> bool,
     ) -> Result<(), Error> {
         let current = object.status();
         if outcome.as_ref().is_err_and(Error::is_namespace_terminating) {
@@ -147,18 +148,21 @@ impl Shared {
                 .find(|c| c.type_ == DEGRADED && c.status == "True")
                 .map(|c| c.reason.as_str()),
         );
-        let key = key(object);
         let version = object.meta().resource_version.as_deref();
         let fingerprint = Fingerprint::of(&desired);
-        let written = fingerprint.is_some_and(|f| self.written.awaiting_cache(&key, version, f));
-        if current == Some(&desired) || written {
+        let awaiting_cache =
+            fingerprint.is_some_and(|f| written(&|status| status.awaiting_cache(version, f)));
+        if current == Some(&desired) || awaiting_cache {
             return outcome;
         }
         K::stamp(&mut desired);
-        let written = apply_status(&self.client, object, &desired).await;
-        if let (Ok(()), Some(fingerprint)) = (&written, fingerprint) {
-            self.written.wrote(key, version, fingerprint);
+        let applied = apply_status(&self.client, object, &desired).await;
+        if let (Ok(()), Some(fingerprint)) = (&applied, fingerprint) {
+            written(&|status| {
+                status.wrote(version, fingerprint);
+                true
+            });
         }
-        outcome.and(written)
+        outcome.and(applied)
     }
 }

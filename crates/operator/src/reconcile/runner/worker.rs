@@ -1,17 +1,18 @@
 //! One reconcile and its error policy: the span, the metrics, the Warning on failure, permanent
 //! errors waiting for a change and transient ones backing off.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
-use super::{Guarded, Reconciler, Shared, Target, key};
+use super::{Guarded, Reconciler, Remembered, Shared, Target, key};
 use crate::reconcile::Error;
 use crate::reconcile::backoff::Backoff;
+use crate::reconcile::memory::PerObject;
 use crate::telemetry::readiness::Readiness;
 
 /// What the runner keeps for one controller.
@@ -19,17 +20,15 @@ pub(super) struct Context<R: Reconciler> {
     pub(super) reconciler: R,
     pub(super) shared: Shared,
     pub(super) readiness: Readiness,
-    pub(super) backoff: Backoff,
-    pub(super) waiting_for_change: WaitingForChange,
+    /// How transient failures are retried.
+    pub(super) retries: Backoff,
+    pub(super) memory: PerObject<Remembered<R::Memory>>,
 }
 
 impl<R: Reconciler> Context<R> {
     /// Drops everything remembered about a deleted object.
     pub(super) fn forget(&self, object: &Guarded<R::Object>) {
-        let key = key(object);
-        self.backoff.reset(&key);
-        self.shared.written.forget(&key);
-        self.waiting_for_change.forget(&key);
+        self.memory.forget(&key(object));
         let namespace = object.namespace().unwrap_or_default();
         let (controller, name) = (self.shared.controller, object.name_any());
         self.shared
@@ -38,51 +37,31 @@ impl<R: Reconciler> Context<R> {
         self.shared
             .metrics
             .set_degraded(controller, &namespace, &name, None);
-        self.reconciler.forget(&key);
+        self.reconciler.forget_metrics(&namespace, &name);
     }
 }
 
-/// Objects whose last reconcile failed permanently, by key, with the uid and generation that
-/// failed: they are not reconciled again until their spec (generation) changes or they are
-/// re-created, so a refused child is not sent again and again.
+/// The uid and generation of an object whose last reconcile failed permanently: it is not
+/// reconciled again until its spec (generation) changes or it is re-created, so a refused child
+/// is not sent again and again.
 #[derive(Default)]
-pub(super) struct WaitingForChange(Mutex<HashMap<String, (String, Option<i64>)>>);
+pub(super) struct PermanentFailure(Option<(String, Option<i64>)>);
 
-impl WaitingForChange {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Option<i64>)>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+impl PermanentFailure {
+    fn record(&mut self, meta: &ObjectMeta) {
+        self.0 = Some((meta.uid.clone().unwrap_or_default(), meta.generation));
     }
 
-    fn record(
-        &self,
-        key: String,
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) {
-        let uid = meta.uid.clone().unwrap_or_default();
-        self.lock().insert(key, (uid, meta.generation));
-    }
-
-    /// Whether the object is unchanged since it failed permanently; a changed one is dropped.
-    fn unchanged(
-        &self,
-        key: &str,
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) -> bool {
-        let mut waiting = self.lock();
-        let Some((uid, generation)) = waiting.get(key) else {
+    /// Whether the object is unchanged since it failed permanently; a change clears the record.
+    fn unchanged(&mut self, meta: &ObjectMeta) -> bool {
+        let Some((uid, generation)) = &self.0 else {
             return false;
         };
         if meta.uid.as_deref() == Some(uid.as_str()) && meta.generation == *generation {
             return true;
         }
-        waiting.remove(key);
+        self.0 = None;
         false
-    }
-
-    fn forget(&self, key: &str) {
-        self.lock().remove(key);
     }
 }
 
@@ -124,16 +103,18 @@ pub(super) async fn reconcile<R: Reconciler>(
                 shared
                     .metrics
                     .set_invalid(shared.controller, &namespace, &valid.name_any(), false);
-                if context
-                    .waiting_for_change
-                    .unchanged(&object_key, valid.meta())
-                {
+                let memory = &context.memory;
+                if memory.with(&object_key, |m| m.permanent_failure.unchanged(valid.meta())) {
                     Ok(Action::await_change())
                 } else {
-                    match Target::resolve(valid, shared) {
+                    match Target::resolve(valid, shared, memory) {
                         Ok(target) => {
                             let reconciled = context.reconciler.reconcile(&target).await;
-                            shared.finish(valid, reconciled).await
+                            shared
+                                .finish(valid, reconciled, |written| {
+                                    memory.with(&object_key, |m| written(&mut m.written))
+                                })
+                                .await
                         }
                         Err(error) => Err(error),
                     }
@@ -145,7 +126,7 @@ pub(super) async fn reconcile<R: Reconciler>(
             result.as_ref().err().map(Error::metric_label),
         );
         match &result {
-            Ok(_) => context.backoff.reset(&object_key),
+            Ok(_) => context.memory.with(&object_key, |m| m.failures.reset()),
             Err(error) if error.is_namespace_terminating() => {}
             Err(error) => {
                 let note = error.to_string();
@@ -181,10 +162,15 @@ pub(super) fn error_policy<R: Reconciler>(
     }
     if error.is_permanent() {
         tracing::warn!(controller, object = %object_key, %error, reason = error.reason(), "Reconciler error; waiting for the object to change");
-        context.waiting_for_change.record(object_key, object.meta());
+        context
+            .memory
+            .with(&object_key, |m| m.permanent_failure.record(object.meta()));
         return Action::await_change();
     }
-    let delay = context.backoff.failed(&object_key);
+    let retries = context.retries;
+    let delay = context
+        .memory
+        .with(&object_key, |m| retries.failed(&mut m.failures));
     context.shared.metrics.workqueue.retried(controller);
     tracing::warn!(controller, object = %object_key, %error, reason = error.reason(), retry_in = ?delay, "Reconciler error");
     Action::requeue(delay)
@@ -194,11 +180,8 @@ pub(super) fn error_policy<R: Reconciler>(
 mod tests {
     use super::*;
 
-    fn meta(
-        uid: &str,
-        generation: i64,
-    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    fn meta(uid: &str, generation: i64) -> ObjectMeta {
+        ObjectMeta {
             uid: Some(uid.into()),
             generation: Some(generation),
             ..Default::default()
@@ -207,16 +190,13 @@ mod tests {
 
     #[test]
     fn a_permanent_failure_waits_for_a_new_generation_or_a_new_object() {
-        let waiting = WaitingForChange::default();
-        waiting.record("ns/web".into(), &meta("u1", 3));
-        assert!(waiting.unchanged("ns/web", &meta("u1", 3)));
-        assert!(!waiting.unchanged("ns/other", &meta("u1", 3)));
-        assert!(!waiting.unchanged("ns/web", &meta("u2", 3)), "re-created");
-        assert!(
-            !waiting.unchanged("ns/web", &meta("u1", 3)),
-            "dropped once changed"
-        );
-        waiting.record("ns/web".into(), &meta("u1", 3));
-        assert!(!waiting.unchanged("ns/web", &meta("u1", 4)), "spec changed");
+        let mut failure = PermanentFailure::default();
+        assert!(!failure.unchanged(&meta("u1", 3)), "nothing failed");
+        failure.record(&meta("u1", 3));
+        assert!(failure.unchanged(&meta("u1", 3)));
+        assert!(!failure.unchanged(&meta("u2", 3)), "re-created");
+        assert!(!failure.unchanged(&meta("u1", 3)), "dropped once changed");
+        failure.record(&meta("u1", 3));
+        assert!(!failure.unchanged(&meta("u1", 4)), "spec changed");
     }
 }
