@@ -1,5 +1,6 @@
 //! What every controller shares: the controller runner, the child set (server-side apply with an
-//! ownership guard, and pruning), the finalizer helper, conditions, errors, per-object backoff.
+//! ownership guard, and pruning), the finalizer helper, conditions, errors, the backoff policy and
+//! the per-object memory.
 
 pub mod apply;
 pub mod backoff;
