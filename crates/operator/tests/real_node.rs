@@ -441,3 +441,183 @@ async fn the_deployed_operator_hands_over_when_its_leader_is_deleted() {
         deleted_at.elapsed().as_secs_f64()
     );
 }
+
+/// The address of Service `name` (its cluster IP: kube-proxy routes it from this machine too).
+async fn service_address(ns: &TestNamespace, name: &str) -> String {
+    let service = ns
+        .api::<k8s_openapi::api::core::v1::Service>()
+        .get(name)
+        .await
+        .unwrap();
+    service.spec.unwrap().cluster_ip.unwrap()
+}
+
+/// Waits until EtcdCluster `name` has `size` ready members and is Ready.
+async fn etcd_settled(ns: &TestNamespace, name: &str, size: i64) {
+    eventually(
+        Duration::from_secs(300),
+        &format!("EtcdCluster {name} Ready with {size} ready members"),
+        || async {
+            let out = kubectl(&["get", "etcd", name, "-n", &ns.name, "-o", "json"]);
+            let cluster: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+            let status = &cluster["status"];
+            let ready = status["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            (ready
+                && status["readyMembers"].as_i64() == Some(size)
+                && cluster["spec"]["size"].as_i64() == Some(size))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Real etcd members keep every write a client was told succeeded while the cluster grows from
+/// one member to five and shrinks back to one, with two clients writing all along through the
+/// cluster's client Service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_keeps_every_acknowledged_write_while_it_scales() {
+    use testkit::etcd_store::EtcdStore;
+    use testkit::history::{Store, Writers};
+
+    let ns = TestNamespace::new("real-etcd-history").await;
+    let name = "history";
+    let cluster = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": { "name": name }, "spec": { "size": 1, "version": "3.6.16" }
+    });
+    let file = std::env::temp_dir().join(format!("{}-etcd.json", ns.name));
+    std::fs::write(&file, cluster.to_string()).unwrap();
+    kubectl_ok(&["apply", "-n", &ns.name, "-f", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    etcd_settled(&ns, name, 1).await;
+
+    let address = service_address(&ns, &format!("{name}-client")).await;
+    let store = std::sync::Arc::new(EtcdStore::new(format!("http://{address}:2379")));
+    let writers = Writers::start(store.clone(), "history/", 2);
+    for size in [3, 5, 3, 1] {
+        kubectl_ok(&[
+            "patch",
+            "etcd",
+            name,
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            &json!({ "spec": { "size": size } }).to_string(),
+        ]);
+        etcd_settled(&ns, name, size).await;
+    }
+    let history = writers.stop().await;
+    let read = eventually(TIMEOUT, "every key read back", || async {
+        store.read_all("history/").await.ok()
+    })
+    .await;
+    history
+        .check(&read)
+        .assert_kept("etcd scaled 1 → 3 → 5 → 3 → 1");
+}
+
+/// The member Pods of EtcdCluster `name`, the leader first.
+async fn etcd_members_leader_first(ns: &TestNamespace, name: &str) -> Vec<Pod> {
+    use testkit::etcd_store::EtcdStore;
+    let selector = format!("etcd_cluster={name}");
+    eventually(TIMEOUT, "a member that is the leader", || async {
+        let mut pods = ns
+            .api::<Pod>()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?
+            .items;
+        let mut leader = None;
+        for (index, pod) in pods.iter().enumerate() {
+            let ip = pod.status.as_ref()?.pod_ip.clone()?;
+            let status = EtcdStore::new(format!("http://{ip}:2379"))
+                .call("/v3/maintenance/status", json!({}))
+                .await
+                .ok()?;
+            if status["header"]["member_id"] == status["leader"] {
+                leader = Some(index);
+            }
+        }
+        pods.swap(0, leader?);
+        Some(pods)
+    })
+    .await
+}
+
+/// How often the containers of `pod` were restarted (`None`: the Pod is gone, replaced).
+async fn restarts(ns: &TestNamespace, pod: &str) -> Option<i32> {
+    let pod = ns.api::<Pod>().get_opt(pod).await.unwrap()?;
+    let statuses = pod.status.and_then(|s| s.container_statuses);
+    Some(
+        statuses
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.restart_count)
+            .sum(),
+    )
+}
+
+/// Real etcd members keep every acknowledged write when the leader's process, then a follower's,
+/// is killed (SIGKILL from the node) under two writing clients: the container restarts on its
+/// data, the member rejoins, and the cluster is Ready with three members again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_keeps_every_acknowledged_write_when_the_leader_and_a_follower_are_killed() {
+    use nix::sys::signal::Signal;
+    use testkit::etcd_store::EtcdStore;
+    use testkit::history::{Store, Writers};
+    use testkit::node_process;
+
+    let ns = TestNamespace::new("real-etcd-kill").await;
+    let name = "killed";
+    let cluster = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": { "name": name }, "spec": { "size": 3, "version": "3.6.16" }
+    });
+    let file = std::env::temp_dir().join(format!("{}-etcd.json", ns.name));
+    std::fs::write(&file, cluster.to_string()).unwrap();
+    kubectl_ok(&["apply", "-n", &ns.name, "-f", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    etcd_settled(&ns, name, 3).await;
+
+    let address = service_address(&ns, &format!("{name}-client")).await;
+    let store = std::sync::Arc::new(EtcdStore::new(format!("http://{address}:2379")));
+    let writers = Writers::start(store.clone(), "kill/", 2);
+    for victim in ["leader", "follower"] {
+        let members = etcd_members_leader_first(&ns, name).await;
+        let pod = if victim == "leader" {
+            &members[0]
+        } else {
+            &members[1]
+        };
+        let before = restarts(&ns, &pod.name_any()).await;
+        let killed = node_process::signal(&pod.uid().unwrap(), "etcd", Signal::SIGKILL);
+        assert_eq!(killed, 1, "the {victim}'s etcd process, {}", pod.name_any());
+        // The container restarts on its data, or the operator replaces the member.
+        eventually(
+            TIMEOUT,
+            &format!("the {victim}'s container restarted"),
+            || async {
+                let now = restarts(&ns, &pod.name_any()).await;
+                (now.is_none() || now > before).then_some(())
+            },
+        )
+        .await;
+        etcd_settled(&ns, name, 3).await;
+        println!(
+            "killed the {victim}, {}: the cluster is Ready with 3 members again",
+            pod.name_any()
+        );
+    }
+    let history = writers.stop().await;
+    let read = eventually(TIMEOUT, "every key read back", || async {
+        store.read_all("kill/").await.ok()
+    })
+    .await;
+    history
+        .check(&read)
+        .assert_kept("etcd leader and a follower killed");
+}

@@ -8,7 +8,10 @@
 //! [`member_runner`] and [`postgres::Binaries`], whose paths return errors instead.
 
 pub mod etcd;
+pub mod etcd_store;
+pub mod history;
 pub mod member_runner;
+pub mod node_process;
 pub mod postgres;
 pub mod proxy;
 
