@@ -18,7 +18,7 @@ use crate::deliver::{
     acting_on_cluster, build_image, install, load, manifests, overlay_dir, user_target,
 };
 use crate::operator::{http_get, run_operator};
-use crate::suites::{chaos, test, test_real_node};
+use crate::suites::{RealNodeTests, chaos, test, test_real_node};
 
 #[derive(Parser)]
 #[command(about = "app-operator developer tasks")]
@@ -54,7 +54,8 @@ enum Task {
     /// deployed on a real node); `test` runs them after the rest.
     TestRealNode,
     /// Run the fault suite (crates/operator/tests/chaos.rs) serially, each row on a control plane
-    /// of its own.
+    /// of its own; then the fuzzer and the real node's long data scenarios (`real_node.rs`
+    /// `long::`).
     Chaos {
         /// Extra arguments for the test binary (a row's name to run only it).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -256,7 +257,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Task::Test { cargo_args } => return runtime.block_on(test(&cargo_args)),
         Task::TestRealNode => {
             let tools = Tools::ensure(&tool_sources())?;
-            runtime.block_on(test_real_node(&tools))?;
+            runtime.block_on(test_real_node(&tools, RealNodeTests::Quick))?;
         }
         Task::Chaos { test_args } => return runtime.block_on(chaos(&test_args)),
     }

@@ -203,6 +203,9 @@ pub(crate) async fn chaos(test_args: &[String]) -> Result<ExitCode> {
     if let Some(fuzz) = fuzz.filter(|status| !status.success()) {
         bail!("the fuzzer failed ({fuzz})");
     }
+    if test_args.is_empty() {
+        test_real_node(&tools, RealNodeTests::Long).await?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -231,24 +234,36 @@ pub(crate) async fn test(cargo_args: &[String]) -> Result<ExitCode> {
         bail!("cargo test failed ({status})");
     }
     smoke?;
-    test_real_node(&tools).await?;
+    test_real_node(&tools, RealNodeTests::Quick).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Which of the operator's `real_node` tests run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RealNodeTests {
+    /// `make test`: the node's own life, every test but the long data scenarios (`long::`),
+    /// then the chart.
+    Quick,
+    /// `make chaos`: the long data scenarios only.
+    Long,
 }
 
 /// The real-node suites, one real node at a time: the node's own life (`local-cluster`'s
 /// `real_node`: up, Pods run, down leaves nothing, up again), then a cluster with a real node on
 /// which the operator is deployed as users deploy it (`make image`, `make load`, `make deploy`)
 /// and the operator's `real_node` tests run.
-pub(crate) async fn test_real_node(tools: &Tools) -> Result<()> {
+pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Result<()> {
     let started = std::time::Instant::now();
-    let lifecycle = cargo_test(
-        tools,
-        &["--locked", "-p", "local-cluster", "--test", "real_node"],
-        &[],
-        &[],
-    )?;
-    if !lifecycle.success() {
-        bail!("the real node's lifecycle test failed ({lifecycle})");
+    if which == RealNodeTests::Quick {
+        let lifecycle = cargo_test(
+            tools,
+            &["--locked", "-p", "local-cluster", "--test", "real_node"],
+            &[],
+            &[],
+        )?;
+        if !lifecycle.success() {
+            bail!("the real node's lifecycle test failed ({lifecycle})");
+        }
     }
     let archive = repo().join("target/app-operator-image.tar");
     build_image(&archive)?;
@@ -268,11 +283,17 @@ pub(crate) async fn test_real_node(tools: &Tools) -> Result<()> {
             img: install::DEFAULT_IMG.to_owned(),
         };
         print!("{}", install::deploy(&target, &repo(), &overlay_dir())?);
+        let selection: &[&str] = match which {
+            RealNodeTests::Quick => &["--skip", "long::"],
+            RealNodeTests::Long => &["long::"],
+        };
+        let mut test_args = vec!["--".to_owned(), "--nocapture".to_owned()];
+        test_args.extend(selection.iter().map(|arg| (*arg).to_owned()));
         let status = cargo_test(
             tools,
             &["--locked", "-p", "app-operator", "--test", "real_node"],
-            // What the tests measure (the leader handover) is printed.
-            &["--".to_owned(), "--nocapture".to_owned()],
+            // What the tests measure (the leader handover, the data checks) is printed.
+            &test_args,
             &[(
                 "APP_OPERATOR_TEST_KUBECONFIG",
                 cluster.kubeconfig.as_os_str(),
@@ -280,6 +301,9 @@ pub(crate) async fn test_real_node(tools: &Tools) -> Result<()> {
         )?;
         if !status.success() {
             bail!("the real-node suite failed ({status})");
+        }
+        if which == RealNodeTests::Long {
+            return Ok(());
         }
         // The chart, as Helm users install it, in place of `make deploy`'s operator: the same
         // image; its test Pod on the toolbox (the chart's default busybox:1.37 is not built here,

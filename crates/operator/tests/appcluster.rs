@@ -324,6 +324,9 @@ async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_of_an_earlier_version_is_kept_after_an_upgrade() {
     let ns = TestNamespace::new("appcluster-upgrade").await;
+    // The AppCluster and its earlier Pod exist before the operator starts (which would install
+    // the CRDs): this test may be the binary's first.
+    support::install_crds().await;
     let cluster: AppCluster = object(json!({
         "apiVersion": "demo.demo.io/v1", "kind": "AppCluster", "metadata": { "name": "kept" }, "spec": { "size": 2 }
     }));

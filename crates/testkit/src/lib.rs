@@ -14,6 +14,7 @@ pub mod member_runner;
 pub mod node_process;
 pub mod postgres;
 pub mod proxy;
+pub mod sql_store;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

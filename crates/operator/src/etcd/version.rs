@@ -53,6 +53,17 @@ impl Version {
         self.major == target.major && target.minor <= self.minor + 1 && target >= self
     }
 
+    /// Serves `/livez` (a local serializable read, no leader needed): since 3.5.11 and 3.4.29.
+    pub fn serves_livez(&self) -> bool {
+        let since = match (self.major, self.minor) {
+            (3, 4) => 29,
+            (3, 5) => 11,
+            (3, 0..=3) => return false,
+            _ => 0,
+        };
+        self.major >= 3 && self.patch >= since
+    }
+
     /// The image tag etcd publishes the release under.
     pub fn tag(&self) -> String {
         format!("v{self}")
@@ -72,6 +83,13 @@ impl fmt::Display for Version {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn livez_is_served_since_3_5_11_and_3_4_29() {
+        let serves = |text: &str| Version::parse(text).is_some_and(|v| v.serves_livez());
+        assert!(serves("3.6.0") && serves("3.5.11") && serves("3.4.29") && serves("3.7.1"));
+        assert!(!serves("3.5.10") && !serves("3.4.28") && !serves("3.3.27") && !serves("2.3.8"));
+    }
 
     #[test]
     fn parses_etcd_tags_with_or_without_v() {

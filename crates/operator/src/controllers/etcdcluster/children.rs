@@ -215,6 +215,22 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
                     period_seconds: Some(5),
                     ..Probe::default()
                 }),
+                // A member that stops answering even a local read (a hung process) is killed;
+                // with `restartPolicy: Never` its Pod fails and the member is replaced once the
+                // others hold a quorum. Older releases have no `/livez`; their `/health` needs a
+                // leader, and killing members that lost theirs would turn a partition into an
+                // outage.
+                liveness_probe: member.version.serves_livez().then(|| Probe {
+                    http_get: Some(HTTPGetAction {
+                        path: Some("/livez".into()),
+                        port: IntOrString::Int(i32::from(CLIENT_PORT)),
+                        ..HTTPGetAction::default()
+                    }),
+                    period_seconds: Some(10),
+                    timeout_seconds: Some(5),
+                    failure_threshold: Some(6),
+                    ..Probe::default()
+                }),
                 volume_mounts: Some(vec![data_mount]),
                 ..Container::default()
             }],
@@ -359,6 +375,29 @@ mod tests {
         assert_eq!(spec.subdomain.as_deref(), Some("db"));
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         let container = &spec.containers[0];
+        let liveness = container
+            .liveness_probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref());
+        assert_eq!(
+            liveness.and_then(|get| get.path.as_deref()),
+            Some("/livez"),
+            "a hung member is killed, then replaced"
+        );
+        let old = Version::parse("3.5.10").unwrap();
+        let old_pod = member_pod(
+            &cluster,
+            &owner,
+            &MemberPod {
+                version: &old,
+                ..member
+            },
+        );
+        assert_eq!(
+            old_pod.spec.unwrap().containers[0].liveness_probe,
+            None,
+            "no /livez before 3.5.11"
+        );
         assert_eq!(
             container.image.as_deref(),
             Some("gcr.io/etcd-development/etcd:v3.6.16")
