@@ -652,6 +652,26 @@ async fn sampledb_store(ns: &TestNamespace, name: &str) -> testkit::sql_store::P
     testkit::sql_store::PostgresStore::new(&ip, &text("username"), &text("password"), "app")
 }
 
+/// Where the volume bound to claim `claim` lives on the node (the local-path provisioner's
+/// directory: the node is this machine).
+async fn volume_on_node(ns: &TestNamespace, claim: &str) -> std::path::PathBuf {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let claim = ns.api::<PersistentVolumeClaim>().get(claim).await.unwrap();
+    let volume = claim.spec.unwrap().volume_name.unwrap();
+    let client = testkit::client().await;
+    let volume = Api::<PersistentVolume>::all(client)
+        .get(&volume)
+        .await
+        .unwrap();
+    let spec = volume.spec.unwrap();
+    let path = spec
+        .host_path
+        .map(|h| h.path)
+        .or(spec.local.map(|l| l.path))
+        .unwrap();
+    path.into()
+}
+
 /// `status.backup` of SampleDB `name`.
 fn sampledb_backup_status(ns: &TestNamespace, name: &str) -> serde_json::Value {
     let out = kubectl(&["get", "sampledb", name, "-n", &ns.name, "-o", "json"]);
@@ -714,6 +734,23 @@ async fn a_sampledb_restored_from_its_backup_holds_every_acknowledged_row() {
     println!(
         "backup {job} holds the rows of {} acknowledged writes",
         history.acknowledged()
+    );
+    // The dump is real: PostgreSQL's own pg_restore reads its table of contents, from the backups
+    // volume as the provisioner keeps it on the node.
+    let dump = volume_on_node(&ns, &format!("{name}-backups"))
+        .await
+        .join(format!("{job}.dump"));
+    let listed = std::process::Command::new("pg_restore")
+        .arg("--list")
+        .arg(&dump)
+        .output()
+        .unwrap();
+    let contents = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success() && contents.contains("TABLE DATA public history"),
+        "pg_restore --list {}: {contents}{}",
+        dump.display(),
+        String::from_utf8_lossy(&listed.stderr)
     );
 
     kubectl_ok(&[
@@ -804,4 +841,110 @@ mod long {
         );
         read_back(&store, writers, "hung/", "etcd member hung").await;
     }
+}
+
+/// A SampleDB restored from a file the backups volume does not hold: its restore Job really runs
+/// and fails, and the SampleDB says so — Degraded with the script's own words, a Warning event,
+/// phase Failed — and is never reported Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampledb_restored_from_a_missing_file_says_so_and_is_not_ready() {
+    let ns = TestNamespace::new("real-sampledb-missing").await;
+    apply(
+        &ns,
+        &json!({
+            "apiVersion": "db.example.com/v1alpha1", "kind": "SampleDB",
+            "metadata": { "name": "lost" },
+            "spec": { "version": "15", "storage": { "size": "1Gi" },
+                      "restore": { "backupFile": "nowhere.dump" } }
+        }),
+    );
+    let status = eventually(Duration::from_secs(300), "the restore to fail", || async {
+        let out = kubectl(&["get", "sampledb", "lost", "-n", &ns.name, "-o", "json"]);
+        let db: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        (db["status"]["phase"] == "Failed").then(|| db["status"].clone())
+    })
+    .await;
+    let condition = |type_: &str| {
+        status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == type_)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let degraded = condition("Degraded");
+    assert_eq!(degraded["status"], "True", "{status}");
+    assert_eq!(degraded["reason"], "RestoreJobFailed", "{status}");
+    let message = degraded["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("nowhere.dump not found"),
+        "the message must say the file is missing: {message}"
+    );
+    assert_eq!(condition("Ready")["status"], "False", "{status}");
+    let events = kubectl(&["get", "events", "-n", &ns.name, "-o", "json"]);
+    let events: serde_json::Value = serde_json::from_slice(&events.stdout).unwrap();
+    assert!(
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["type"] == "Warning"
+                && e["regarding"]["kind"]
+                    .as_str()
+                    .or(e["involvedObject"]["kind"].as_str())
+                    == Some("SampleDB")
+                && e["note"]
+                    .as_str()
+                    .or(e["message"].as_str())
+                    .is_some_and(|m| m.contains("not found"))),
+        "a Warning event on the SampleDB says the file is missing"
+    );
+}
+
+/// Real PostgreSQL upgraded 15 → 17 by the operator (stopped, converted by its upgrade Job,
+/// started on 17) keeps every acknowledged row with its value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampledb_upgraded_from_15_to_17_keeps_every_acknowledged_row() {
+    use testkit::history::{Store, Writers};
+
+    let ns = TestNamespace::new("real-sampledb-upgrade").await;
+    let name = "grown";
+    let database = |version: &str| {
+        json!({
+            "apiVersion": "db.example.com/v1alpha1", "kind": "SampleDB",
+            "metadata": { "name": name },
+            "spec": { "version": version, "storage": { "size": "1Gi" } }
+        })
+    };
+    apply(&ns, &database("15"));
+    let store = std::sync::Arc::new(sampledb_store(&ns, name).await);
+    store.prepare().await.unwrap();
+    let writers = Writers::start(store.clone(), "row/", 2);
+    eventually(TIMEOUT, "some rows written", || async {
+        let rows = store.read_all("row/").await.ok()?;
+        (rows.len() >= 50).then_some(())
+    })
+    .await;
+    let history = writers.stop().await;
+    apply(&ns, &database("17"));
+    eventually(Duration::from_secs(300), "the data at 17", || async {
+        let out = kubectl(&["get", "sampledb", name, "-n", &ns.name, "-o", "json"]);
+        let db: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        (db["status"]["currentVersion"] == "17").then_some(())
+    })
+    .await;
+    let upgraded = sampledb_store(&ns, name).await;
+    let version = eventually(TIMEOUT, "the server answers", || async {
+        upgraded.psql("show server_version").await.ok()
+    })
+    .await;
+    assert!(version.starts_with("17."), "the server runs {version}");
+    let read = eventually(TIMEOUT, "every row read back", || async {
+        upgraded.read_all("row/").await.ok()
+    })
+    .await;
+    history
+        .check(&read)
+        .assert_kept("sampledb upgraded 15 → 17");
 }

@@ -2,6 +2,7 @@
 //! once per name, keeping a bounded history of finished ones, announcing each finished one once.
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -146,6 +147,18 @@ impl SeenJob {
         }
     }
 
+    /// A failed Job's failure with what its container said last (the termination message of
+    /// its newest failed Pod among `pods`): "backup file … not found", not only "reached the
+    /// specified backoff limit".
+    pub fn explained_by<'a>(mut self, pods: impl IntoIterator<Item = &'a Pod>) -> SeenJob {
+        if let JobState::Failed { message, .. } = &mut self.state
+            && let Some(said) = last_words(pods, &self.name)
+        {
+            *message = format!("{message}; its container said: {said}");
+        }
+        self
+    }
+
     /// When it finished, and whether it succeeded; `None` while it runs.
     pub fn finished(&self) -> Option<(Option<Timestamp>, bool)> {
         match &self.state {
@@ -154,6 +167,35 @@ impl SeenJob {
             JobState::Failed { at, .. } => Some((at.as_ref().map(|t| t.0), false)),
         }
     }
+}
+
+/// The last line a failed container of Job `job` left in its termination message (with
+/// `FallbackToLogsOnError`, the tail of its log), from the newest such Pod.
+fn last_words<'a>(pods: impl IntoIterator<Item = &'a Pod>, job: &str) -> Option<String> {
+    pods.into_iter()
+        .filter(|pod| {
+            pod.labels()
+                .get("batch.kubernetes.io/job-name")
+                .map(String::as_str)
+                == Some(job)
+        })
+        .filter_map(|pod| {
+            let statuses = pod.status.as_ref()?;
+            let containers = statuses
+                .init_container_statuses
+                .iter()
+                .chain(&statuses.container_statuses)
+                .flatten();
+            let said = containers
+                .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+                .filter(|terminated| terminated.exit_code != 0)
+                .filter_map(|terminated| terminated.message.as_deref())
+                .filter_map(|message| message.lines().rev().find(|line| !line.trim().is_empty()))
+                .next()?;
+            Some((pod.creation_timestamp(), said.trim().to_owned()))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, said)| said)
 }
 
 /// The finished Jobs beyond the newest `keep_succeeded` succeeded and `keep_failed` failed: the
@@ -248,5 +290,60 @@ impl Announced {
         }
         *slot = at;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed_job() -> SeenJob {
+        SeenJob {
+            name: "db-restore".into(),
+            state: JobState::Failed {
+                at: None,
+                reason: "BackoffLimitExceeded".into(),
+                message: "Job has reached the specified backoff limit".into(),
+            },
+            created: None,
+        }
+    }
+
+    fn pod(job: &str, exit_code: i32, message: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": { "name": format!("{job}-x"), "labels": { "batch.kubernetes.io/job-name": job } },
+            "status": { "containerStatuses": [{
+                "name": "restore", "image": "postgres:15", "imageID": "", "ready": false, "restartCount": 0,
+                "state": { "terminated": { "exitCode": exit_code, "message": message } }
+            }]}
+        }))
+        .expect("a Pod")
+    }
+
+    #[test]
+    fn a_failed_job_says_what_its_container_said_last() {
+        let pods = [
+            pod(
+                "db-restore",
+                1,
+                "pg_restore: error\nrestore.sh: backup file /backups/x.dump not found\n",
+            ),
+            pod("other", 1, "not this one"),
+        ];
+        let JobState::Failed { message, .. } = failed_job().explained_by(&pods).state else {
+            panic!("still failed");
+        };
+        assert_eq!(
+            message,
+            "Job has reached the specified backoff limit; its container said: restore.sh: backup file /backups/x.dump not found"
+        );
+        let quiet = [pod("db-restore", 0, "all good")];
+        let JobState::Failed { message, .. } = failed_job().explained_by(&quiet).state else {
+            panic!("still failed");
+        };
+        assert_eq!(
+            message, "Job has reached the specified backoff limit",
+            "a container that succeeded is no explanation"
+        );
     }
 }

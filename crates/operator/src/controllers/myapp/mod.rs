@@ -26,7 +26,7 @@ use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 
 use self::service::ports_drifted;
-use self::status::{status, waiting_container};
+use self::status::{starting, status, waiting_container};
 use super::Wiring;
 use crate::reconcile::apply::is_controlled_by;
 use crate::reconcile::children::{ChildChange, OnImmutable, Owned, Verb, describe};
@@ -103,12 +103,15 @@ impl Reconciler for MyAppReconciler {
             return Reconciled::unchanged(Ok(Action::requeue(wait))).announcing(announce);
         }
         // Not Ready while its Pods exist: say why if a container cannot start. A kubelet's
-        // waiting reason changes no Deployment field, so while one is reported it is looked at
-        // again now and then.
+        // waiting reason changes no Deployment field, so while a container waits (still being
+        // created, or unable to start) the Pods are looked at again now and then.
         let mut next = Action::await_change();
         if outcome.is_ok() && !is_true(&desired.conditions, READY) {
-            let waiting = waiting_container(&self.pods(app, namespace, client).await);
-            if let Some(waiting) = &waiting {
+            let pods = self.pods(app, namespace, client).await;
+            if starting(&pods) {
+                next = Action::requeue(WAITING_RECHECK);
+            }
+            if let Some(waiting) = &waiting_container(&pods) {
                 desired = status(app, deployment.as_ref(), Some(waiting), None, &now);
                 let reported = app.status.as_ref().and_then(|s| {
                     s.conditions
@@ -127,7 +130,6 @@ impl Reconciler for MyAppReconciler {
                         ),
                     });
                 }
-                next = Action::requeue(WAITING_RECHECK);
             }
         }
         // What did change is announced even when another child failed.

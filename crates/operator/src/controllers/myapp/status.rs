@@ -1,7 +1,7 @@
 use app_operator_api::conditions::{PROGRESSING, READY};
 use app_operator_api::{MyApp, MyAppStatus};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStateWaiting, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
@@ -20,29 +20,45 @@ pub struct Waiting {
     pub message: String,
 }
 
-/// The first container of `pods` that waits for something other than its own start (pulling,
-/// creating, initialising are progress, not a problem).
-pub fn waiting_container(pods: &[Pod]) -> Option<Waiting> {
-    const PROGRESS: &[&str] = &["ContainerCreating", "PodInitializing"];
-    pods.iter().find_map(|pod| {
-        let status = pod.status.as_ref()?;
-        let containers = status.init_container_statuses.iter().flatten();
-        containers
-            .chain(status.container_statuses.iter().flatten())
-            .find_map(|container| {
+/// Waiting reasons that are progress (creating, initialising), not a problem.
+const PROGRESS: &[&str] = &["ContainerCreating", "PodInitializing"];
+
+/// Every container of `pods` that waits, with its Pod.
+fn waiting(pods: &[Pod]) -> impl Iterator<Item = (&Pod, &ContainerStatus, &ContainerStateWaiting)> {
+    pods.iter().flat_map(|pod| {
+        let status = pod.status.as_ref();
+        let init = status.and_then(|s| s.init_container_statuses.as_ref());
+        let main = status.and_then(|s| s.container_statuses.as_ref());
+        init.into_iter()
+            .flatten()
+            .chain(main.into_iter().flatten())
+            .filter_map(move |container| {
                 let waiting = container.state.as_ref()?.waiting.as_ref()?;
-                let reason = waiting
-                    .reason
-                    .clone()
-                    .filter(|r| !PROGRESS.contains(&r.as_str()))?;
-                Some(Waiting {
-                    pod: pod.name_any(),
-                    container: container.name.clone(),
-                    reason,
-                    message: waiting.message.clone().unwrap_or_default(),
-                })
+                Some((pod, container, waiting))
             })
     })
+}
+
+/// The first container of `pods` that waits for something other than its own start.
+pub fn waiting_container(pods: &[Pod]) -> Option<Waiting> {
+    waiting(pods).find_map(|(pod, container, waiting)| {
+        let reason = waiting
+            .reason
+            .clone()
+            .filter(|r| !PROGRESS.contains(&r.as_str()))?;
+        Some(Waiting {
+            pod: pod.name_any(),
+            container: container.name.clone(),
+            reason,
+            message: waiting.message.clone().unwrap_or_default(),
+        })
+    })
+}
+
+/// Whether a container of `pods` is still being created: the kubelet may yet find it cannot
+/// start (a missing Secret), which changes no Deployment field and so wakes nobody.
+pub fn starting(pods: &[Pod]) -> bool {
+    waiting(pods).next().is_some()
 }
 
 /// The status a MyApp should have, given its Deployment as last seen, a container of its that
@@ -547,8 +563,10 @@ mod tests {
             ),
             ("web-b", "app", "CreateContainerConfigError")
         );
-        // Progress is no problem; an init container that cannot start is.
+        // Progress is no problem, but it is looked at again: it may become one.
         assert_eq!(waiting_container(&pods[..1]), None);
+        assert!(starting(&pods[..1]));
+        assert!(!starting(&[pod("web-d", None, None)]), "all running");
         let init = [pod("web-c", Some(("ImagePullBackOff", "not found")), None)];
         assert_eq!(waiting_container(&init).unwrap().container, "init");
 

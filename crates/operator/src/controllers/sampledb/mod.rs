@@ -241,7 +241,14 @@ impl SampleDBReconciler {
                 pods: pods("database"),
                 ..database
             },
-            first_job: with_role(first_kind).next(),
+            first_job: with_role(first_kind).next().map(|job| {
+                let cached_pods = self.pods.state();
+                let own = cached_pods.iter().filter(|pod| {
+                    pod.namespace().as_deref() == Some(namespace)
+                        && is_ours(pod.as_ref(), &context.name)
+                });
+                job.explained_by(own.map(|pod| pod.as_ref()))
+            }),
             upgrade_jobs: with_role(JobKind::Upgrade).collect(),
             upgrade_pods: pods(JobKind::Upgrade.label()),
             // Backups are the ones this SampleDB (this uid) controls.
