@@ -211,9 +211,7 @@ async fn a_myapp_waiting_for_a_missing_secret_says_so_until_it_exists() {
             "env": [{ "name": "PASSWORD", "valueFrom": { "secretKeyRef": { "name": "db", "key": "password" } } }],
         },
     });
-    let file = std::env::temp_dir().join(format!("{}-web.json", ns.name));
-    std::fs::write(&file, app.to_string()).unwrap();
-    kubectl_ok(&["apply", "-n", &ns.name, "-f", &file.display().to_string()]);
+    apply(&ns, &app);
     let ready = || {
         let out = kubectl_ok(&[
             "get",
@@ -258,7 +256,6 @@ async fn a_myapp_waiting_for_a_missing_secret_says_so_until_it_exists() {
         ready().await.filter(|r| r.starts_with("True "))
     })
     .await;
-    let _ = std::fs::remove_file(file);
 }
 
 /// Seed 004 as written (its version one that runs here): one real etcd container, then two,
@@ -672,11 +669,11 @@ async fn volume_on_node(ns: &TestNamespace, claim: &str) -> std::path::PathBuf {
     path.into()
 }
 
-/// `status.backup` of SampleDB `name`.
-fn sampledb_backup_status(ns: &TestNamespace, name: &str) -> serde_json::Value {
+/// The status of SampleDB `name` (`null` while it has none, or cannot be read).
+fn sampledb_status(ns: &TestNamespace, name: &str) -> serde_json::Value {
     let out = kubectl(&["get", "sampledb", name, "-n", &ns.name, "-o", "json"]);
     let db: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    db["status"]["backup"].clone()
+    db["status"].clone()
 }
 
 /// Real PostgreSQL: rows written by two clients while scheduled backups run; a backup taken after
@@ -710,7 +707,7 @@ async fn a_sampledb_restored_from_its_backup_holds_every_acknowledged_row() {
         Duration::from_secs(180),
         "a backup finished during the writes",
         || async {
-            sampledb_backup_status(&ns, name)["lastSuccessfulJob"]
+            sampledb_status(&ns, name)["backup"]["lastSuccessfulJob"]
                 .as_str()
                 .map(str::to_owned)
         },
@@ -722,7 +719,7 @@ async fn a_sampledb_restored_from_its_backup_holds_every_acknowledged_row() {
         Duration::from_secs(180),
         "a backup started after the last write finished",
         || async {
-            let backup = sampledb_backup_status(&ns, name);
+            let backup = sampledb_status(&ns, name)["backup"].clone();
             let tick: Timestamp = backup["lastScheduleTime"].as_str()?.parse().ok()?;
             // A backup Job is named after its tick.
             let job = format!("{name}-backup-{}", tick.strftime("%Y%m%d-%H%M%S"));
@@ -859,9 +856,8 @@ async fn a_sampledb_restored_from_a_missing_file_says_so_and_is_not_ready() {
         }),
     );
     let status = eventually(Duration::from_secs(300), "the restore to fail", || async {
-        let out = kubectl(&["get", "sampledb", "lost", "-n", &ns.name, "-o", "json"]);
-        let db: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        (db["status"]["phase"] == "Failed").then(|| db["status"].clone())
+        let status = sampledb_status(&ns, "lost");
+        (status["phase"] == "Failed").then_some(status)
     })
     .await;
     let condition = |type_: &str| {
@@ -929,9 +925,7 @@ async fn a_sampledb_upgraded_from_15_to_17_keeps_every_acknowledged_row() {
     let history = writers.stop().await;
     apply(&ns, &database("17"));
     eventually(Duration::from_secs(300), "the data at 17", || async {
-        let out = kubectl(&["get", "sampledb", name, "-n", &ns.name, "-o", "json"]);
-        let db: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        (db["status"]["currentVersion"] == "17").then_some(())
+        (sampledb_status(&ns, name)["currentVersion"] == "17").then_some(())
     })
     .await;
     let upgraded = sampledb_store(&ns, name).await;

@@ -62,10 +62,7 @@ pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Syn
 /// deleted as surplus. A failure is logged: those Pods are then replaced, never lost track of
 /// (they stay owned by their AppCluster).
 async fn label_pods_of_older_versions(settings: &Settings) {
-    let pods: Api<Pod> = match &settings.namespace {
-        Some(namespace) => Api::namespaced(settings.client.clone(), namespace),
-        None => Api::all(settings.client.clone()),
-    };
+    let pods: Api<Pod> = settings.api();
     let unlabelled = format!("app,{},!{CLUSTER_LABEL}", managed_selector());
     let listed = match pods.list(&ListParams::default().labels(&unlabelled)).await {
         Ok(listed) => listed.items,

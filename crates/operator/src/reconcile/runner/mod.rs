@@ -60,7 +60,7 @@ pub struct Settings {
 
 impl Settings {
     /// An API for `K` in the watched namespace (or all of them).
-    fn api<K>(&self) -> Api<K>
+    pub fn api<K>(&self) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
