@@ -32,14 +32,15 @@ const POSTURE: [&str; 9] = [
     "podAntiAffinity",
 ];
 
-/// Server-side dry runs need the target namespace to exist.
+/// Server-side dry runs need the target namespace to exist. Tests run in
+/// parallel and two share a namespace, so "already exists" is success.
 fn ensure_namespace(name: &str) {
-    if !testkit::kubectl(&["get", "namespace", name])
-        .status
-        .success()
-    {
-        kubectl_ok(&["create", "namespace", name]);
-    }
+    let created = testkit::kubectl(&["create", "namespace", name]);
+    let stderr = String::from_utf8_lossy(&created.stderr);
+    assert!(
+        created.status.success() || stderr.contains("AlreadyExists"),
+        "kubectl create namespace {name} failed: {stderr}"
+    );
 }
 
 #[test]
