@@ -203,8 +203,8 @@ pub struct InitSql {
 #[serde(rename_all = "camelCase")]
 pub struct Restore {
     /// BackupFile is a file in the backups volume: a backup (`<name>-backup-<time>.dump`) or a
-    /// final snapshot (`<name>-final-snapshot-<uid>.dump`) of an earlier SampleDB of this name,
-    /// whose backups volume outlives it.
+    /// final snapshot (`<name>-final-snapshot-<first 8 characters of its uid>.dump`) of an
+    /// earlier SampleDB of this name, whose backups volume outlives it.
     #[schemars(
         length(min = 1, max = 253),
         regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -356,6 +356,34 @@ fn a_failed_backup_leaves_no_file() {
     assert_empty(&backups, "files left behind");
 }
 
+/// What the SampleDB's condition shows is the container's last line: it must carry PostgreSQL's
+/// own reason, not "see the error above".
+#[test]
+fn a_restore_postgres_refuses_ends_with_its_error() {
+    let scratch = ok(Scratch::new("restore-refused"));
+    let source = seeded(&scratch, "source");
+    // Roles are not in a dump: a grant to one the target lacks cannot be restored.
+    ok(source.psql(
+        DATABASE,
+        "CREATE ROLE reader; GRANT SELECT ON items TO reader",
+    ));
+    let backups = ok(scratch.dir("backups"));
+    succeeded(
+        "backup.sh",
+        &run(BACKUP, online_env(&source, &backups, BACKUP_FILE)),
+    );
+    let target = server(&scratch, "target");
+
+    let output = run(RESTORE, online_env(&target, &backups, BACKUP_FILE));
+    let stderr = failed("restore.sh of a grant to a missing role", &output);
+
+    let last = stderr.lines().rev().find(|line| !line.trim().is_empty());
+    assert!(
+        last.is_some_and(|line| line.contains(r#"role "reader" does not exist"#)),
+        "the last line must quote PostgreSQL: {stderr}"
+    );
+}
+
 #[test]
 fn restore_of_a_missing_file_fails_naming_it() {
     let scratch = ok(Scratch::new("restore-missing"));

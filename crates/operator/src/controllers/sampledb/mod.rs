@@ -186,10 +186,21 @@ impl SampleDBReconciler {
                     && is_ours(job.as_ref(), &context.name)
             })
             .collect();
+        let own_pods: Vec<Arc<Pod>> = self
+            .pods
+            .state()
+            .into_iter()
+            .filter(|pod| {
+                pod.namespace().as_deref() == Some(namespace)
+                    && is_ours(pod.as_ref(), &context.name)
+            })
+            .collect();
+        // A failed Job is seen with what its container said last (PostgreSQL's own error).
+        let seen = |job: &Job| SeenJob::of(job).explained_by(own_pods.iter().map(AsRef::as_ref));
         let with_role = |kind: JobKind| {
             jobs.iter()
                 .filter(move |job| role(job.as_ref()) == Some(kind.label()))
-                .map(|job| SeenJob::of(job))
+                .map(|job| seen(job))
         };
         let first_kind = if db.spec.restore.is_some() {
             JobKind::Restore
@@ -198,14 +209,9 @@ impl SampleDBReconciler {
         };
         let snapshot = children::final_snapshot_job_name(&context.name, &context.uid);
         let pods = |wanted: &str| {
-            self.pods
-                .state()
+            own_pods
                 .iter()
-                .filter(|pod| {
-                    pod.namespace().as_deref() == Some(namespace)
-                        && is_ours(pod.as_ref(), &context.name)
-                        && role(pod.as_ref()) == Some(wanted)
-                })
+                .filter(|pod| role(pod.as_ref()) == Some(wanted))
                 .count()
         };
         let stateful_set = self
@@ -241,21 +247,14 @@ impl SampleDBReconciler {
                 pods: pods("database"),
                 ..database
             },
-            first_job: with_role(first_kind).next().map(|job| {
-                let cached_pods = self.pods.state();
-                let own = cached_pods.iter().filter(|pod| {
-                    pod.namespace().as_deref() == Some(namespace)
-                        && is_ours(pod.as_ref(), &context.name)
-                });
-                job.explained_by(own.map(|pod| pod.as_ref()))
-            }),
+            first_job: with_role(first_kind).next(),
             upgrade_jobs: with_role(JobKind::Upgrade).collect(),
             upgrade_pods: pods(JobKind::Upgrade.label()),
             // Backups are the ones this SampleDB (this uid) controls.
             backups: controlled(&self.jobs, namespace, &context.uid)
                 .iter()
                 .filter(|job| role(job.as_ref()) == Some(JobKind::Backup.label()))
-                .map(|job| SeenJob::of(job))
+                .map(|job| seen(job))
                 .collect(),
             final_snapshot_job: with_role(JobKind::FinalSnapshot).find(|job| job.name == snapshot),
             data_claim: cached(

@@ -3,8 +3,14 @@
 # SCRIPT (its name, for messages) before calling anything here.
 set -euo pipefail
 
+# fail MESSAGE: says why on stderr and ends the script. The first failure is also the container's
+# termination message (the Job's status, then the SampleDB's condition, show it), whatever a
+# cleanup trap prints after it.
 fail() {
     echo "$SCRIPT: $*" >&2
+    if [[ -w /dev/termination-log && ! -s /dev/termination-log ]]; then
+        echo "$SCRIPT: $*" >/dev/termination-log
+    fi
     exit 1
 }
 
@@ -74,11 +80,19 @@ dump_to() {
     echo "$SCRIPT: done: wrote $target ($(wc -c <"$target") bytes)"
 }
 
-# restore_into SOURCE: restores the dump SOURCE into PGDATABASE (created empty beforehand).
+# restore_into SOURCE [CONSEQUENCE]: restores the dump SOURCE into PGDATABASE (created empty
+# beforehand). A failure's message quotes pg_restore's first error: it is what the SampleDB's
+# condition shows, where "the error above" cannot be read.
 restore_into() {
     echo "$SCRIPT: restoring $1 into database $PGDATABASE"
-    pg_restore -w --exit-on-error --no-owner --dbname "$PGDATABASE" "$1" ||
-        fail "pg_restore of $1 into database $PGDATABASE failed (see the error above)${2:+; $2}"
+    local errors status=0 first
+    errors=$(mktemp)
+    pg_restore -w --exit-on-error --no-owner --dbname "$PGDATABASE" "$1" 2>"$errors" || status=$?
+    cat "$errors" >&2
+    first=$(grep -m1 -i 'error' "$errors" || true)
+    rm -f "$errors"
+    ((status == 0)) ||
+        fail "pg_restore of $1 into database $PGDATABASE failed: ${first:-exit status $status}${2:+; $2}"
 }
 
 # SCRIPT's own part follows.
