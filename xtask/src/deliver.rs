@@ -71,7 +71,8 @@ pub(crate) fn build_image(output: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `make load`: the archive's images into the local cluster's registry, where its real node pulls.
+/// `make load`: the archive's images into the local cluster's registry and onto its real node
+/// (replacing what a tag named there before, as `kind load` does).
 pub(crate) fn load(archive: &Path) -> Result<()> {
     let layout = Layout::default();
     let node = local_cluster::node::NodeLayout::of(&layout);
@@ -87,11 +88,13 @@ pub(crate) fn load(archive: &Path) -> Result<()> {
         archive.to_owned()
     };
     let registry = node.registry_address()?;
-    local_cluster::registry::push_archive(&archive, &registry)
+    let images = local_cluster::registry::push_archive(&archive, &registry)
         .with_context(|| format!("pushing {}", archive.display()))?;
+    local_cluster::node::pull(&layout, &images).context("pulling onto the node")?;
     println!(
-        "loaded {} into the local cluster's registry ({registry})",
-        archive.display()
+        "loaded {} into the local cluster's registry ({registry}) and onto its node: {}",
+        archive.display(),
+        images.join(", ")
     );
     Ok(())
 }

@@ -727,6 +727,43 @@ fn coredns_manifests(image: &str) -> serde_json::Value {
 /// (the network plugin releases its address and veth), kube-proxy's rules go, containerd and any
 /// shim it left stop, then the bridge, iptables chains, mounts, cgroups, sysctls and files the
 /// node made. Returns the names of the processes it stopped.
+/// The pinned tools the node runs, found beside its kube-proxy (crictl is built with it).
+fn tools_bin(recorded: &[process::Recorded]) -> Option<PathBuf> {
+    recorded
+        .iter()
+        .find(|r| r.name == "kube-proxy")
+        .and_then(|c| c.program.parent().map(Path::to_owned))
+}
+
+/// Pulls `images` onto the running node through its registry (`crictl pull`), so that a tag
+/// pushed again names the new image there at once, as after `kind load`: Pods started from then
+/// on run it, `imagePullPolicy: IfNotPresent` or not.
+pub fn pull(layout: &Layout, images: &[String]) -> Result<(), Error> {
+    let crictl = tools_bin(&layout.recorded())
+        .map(|bin| bin.join("crictl"))
+        .ok_or_else(|| {
+            Error::Prerequisite(format!(
+                "no real node runs (state in {})",
+                layout.state_dir.display()
+            ))
+        })?;
+    let endpoint = format!(
+        "unix://{}",
+        NodeLayout::of(layout).containerd_socket().display()
+    );
+    for image in images {
+        process::run(Command::new(&crictl).args([
+            "--runtime-endpoint",
+            &endpoint,
+            "--image-endpoint",
+            &endpoint,
+            "pull",
+            image,
+        ]))?;
+    }
+    Ok(())
+}
+
 pub fn down(layout: &Layout) -> Result<Vec<String>, Error> {
     let node = NodeLayout::of(layout);
     if !node.exists() {
@@ -734,8 +771,7 @@ pub fn down(layout: &Layout) -> Result<Vec<String>, Error> {
     }
     let recorded = layout.recorded();
     let find = |name: &str| recorded.iter().find(|r| r.name == name);
-    // The pinned tools the node ran, found beside its kube-proxy (crictl is built with it).
-    let tools_bin = find("kube-proxy").and_then(|c| c.program.parent().map(Path::to_owned));
+    let tools_bin = tools_bin(&recorded);
     let mut stopped = Vec::new();
     let mut stop = |name: &str| {
         if let Some(component) = find(name).filter(|c| c.is_running()) {

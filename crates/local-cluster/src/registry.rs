@@ -57,11 +57,12 @@ pub fn qualified_name(reference: &str) -> String {
 }
 
 /// Pushes every image an OCI archive names (the `io.containerd.image.name` annotations of its
-/// index) to the registry at `address`.
-pub fn push_archive(archive: &Path, address: &str) -> Result<(), Error> {
+/// index) to the registry at `address`; their names.
+pub fn push_archive(archive: &Path, address: &str) -> Result<Vec<String>, Error> {
     let index: serde_json::Value = serde_json::from_slice(&read_entry(archive, "index.json")?)
         .map_err(|e| Error::Invalid(format!("{}: index.json: {e}", archive.display())))?;
     let manifests = index["manifests"].as_array().cloned().unwrap_or_default();
+    let mut names = Vec::new();
     for descriptor in manifests {
         let digest = descriptor["digest"].as_str().unwrap_or_default().to_owned();
         let media_type = descriptor["mediaType"]
@@ -78,6 +79,7 @@ pub fn push_archive(archive: &Path, address: &str) -> Result<(), Error> {
             ))
         })?;
         let registry = Registry { address };
+        names.push(name.to_owned());
         if registry.manifest_digest(repository, tag)?.as_deref() == Some(digest.as_str()) {
             continue;
         }
@@ -94,7 +96,7 @@ pub fn push_archive(archive: &Path, address: &str) -> Result<(), Error> {
         }
         registry.put_manifest(repository, tag, &media_type, &manifest)?;
     }
-    Ok(())
+    Ok(names)
 }
 
 fn blob_path(digest: &str) -> String {
