@@ -334,10 +334,10 @@ impl SampleDBReconciler {
             Step::StopDatabase => self.stop_database(context).await,
             Step::DeleteData {
                 stateful_set,
-                snapshot_job,
+                jobs,
                 data_claim,
             } => {
-                self.delete_data(context, *stateful_set, *snapshot_job, *data_claim)
+                self.delete_data(context, *stateful_set, jobs, *data_claim)
                     .await
             }
         }
@@ -488,7 +488,7 @@ impl SampleDBReconciler {
         &self,
         context: &Context<'_>,
         stateful_set: bool,
-        snapshot_job: bool,
+        jobs: &[String],
         data_claim: bool,
     ) -> Result<(), Error> {
         let client = &context.shared.client;
@@ -497,9 +497,8 @@ impl SampleDBReconciler {
             let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
             delete_child(&api, &context.name, set.uid().as_deref()).await?;
         }
-        if snapshot_job {
-            let job = children::final_snapshot_job_name(&context.name, &context.uid);
-            self.delete_job(context, &job).await?;
+        for job in jobs {
+            self.delete_job(context, job).await?;
         }
         let data = children::data_claim(&context.name);
         if data_claim && let Some(claim) = cached(&self.claims, &data, namespace) {

@@ -133,10 +133,11 @@ pub enum Step {
     StopDatabase,
     /// Dump the stopped database into the backups volume.
     CreateFinalSnapshotJob { version: String },
-    /// Delete what is left: the StatefulSet, the snapshot Job, the data claim.
+    /// Delete what is left: the StatefulSet, Jobs (the final snapshot's, and the upgrades' whose
+    /// Pods name the data claim), the data claim.
     DeleteData {
         stateful_set: bool,
-        snapshot_job: bool,
+        jobs: Vec<String>,
         data_claim: bool,
     },
 }
@@ -413,15 +414,33 @@ pub fn clean_up(name: &str, namespace: &str, desired: &Desired, observed: &Obser
     }
     // The snapshot Job goes only once the status records its completion (without the Job, a
     // status read before that write would take another snapshot), or once none is wanted.
-    let snapshot_job = observed.final_snapshot_job.is_some() && (observed.snapshot_done || !wanted);
+    let snapshot_job = observed
+        .final_snapshot_job
+        .as_ref()
+        .filter(|_| observed.snapshot_done || !wanted);
     let data_claim = desired.deletion != DeletionPolicy::Retain && observed.data_claim;
+    // A finished upgrade's Pod still names the data claim, and Kubernetes keeps a claim while any
+    // Pod names it (pvc-protection counts Succeeded Pods): those Jobs go before the claim can.
+    let upgrade_jobs = observed.upgrade_jobs.iter().filter(|_| data_claim);
+    let jobs: Vec<String> = snapshot_job
+        .into_iter()
+        .chain(upgrade_jobs)
+        .map(|job| job.name.clone())
+        .collect();
     let stateful_set = observed.database.exists;
     let mut left = Vec::new();
     if stateful_set {
         left.push(format!("StatefulSet {name}"));
     }
-    if let Some(job) = &observed.final_snapshot_job {
-        left.push(format!("Job {}", job.name));
+    let waited_jobs = observed.final_snapshot_job.iter().chain(
+        observed
+            .upgrade_jobs
+            .iter()
+            .filter(|job| jobs.contains(&job.name)),
+    );
+    left.extend(waited_jobs.map(|job| format!("Job {}", job.name)));
+    if data_claim && observed.upgrade_pods > 0 {
+        left.push(format!("{} upgrade Pod(s)", observed.upgrade_pods));
     }
     if data_claim {
         left.push(format!("PersistentVolumeClaim {}", data_claim_name(name)));
@@ -430,10 +449,10 @@ pub fn clean_up(name: &str, namespace: &str, desired: &Desired, observed: &Obser
         plan.stage = Stage::Deleted;
         return plan;
     }
-    if stateful_set || snapshot_job || data_claim {
+    if stateful_set || !jobs.is_empty() || data_claim {
         plan.step = Some(Step::DeleteData {
             stateful_set,
-            snapshot_job,
+            jobs,
             data_claim,
         });
     }
@@ -971,9 +990,14 @@ mod tests {
             deletion,
             ..desired()
         };
+        let upgraded = |mut o: Observed| {
+            o.upgrade_jobs = vec![job("db-upgrade-17", JobState::Succeeded(at(2)))];
+            o.upgrade_pods = 1;
+            o
+        };
         let everything = Step::DeleteData {
             stateful_set: true,
-            snapshot_job: true,
+            jobs: vec!["db-final-snapshot-1".into()],
             data_claim: true,
         };
         let row = |case, desired, observed, step, says, stage| Row {
@@ -1048,7 +1072,7 @@ mod tests {
                     snapshot(JobState::Succeeded(at(3))),
                     Some(Step::DeleteData {
                         stateful_set: true,
-                        snapshot_job: false,
+                        jobs: vec![],
                         data_claim: true,
                     }),
                     "DeletingData",
@@ -1076,8 +1100,49 @@ mod tests {
                     serving(),
                     Some(Step::DeleteData {
                         stateful_set: true,
-                        snapshot_job: false,
+                        jobs: vec![],
                         data_claim: false,
+                    }),
+                    "DeletingData",
+                    Stage::Deleting,
+                ),
+                row(
+                    "upgraded: its Job's Pod holds the claim",
+                    desired(),
+                    upgraded(recorded.clone()),
+                    Some(Step::DeleteData {
+                        stateful_set: true,
+                        jobs: vec!["db-final-snapshot-1".into(), "db-upgrade-17".into()],
+                        data_claim: true,
+                    }),
+                    "DeletingData",
+                    Stage::Deleting,
+                ),
+                row(
+                    "upgraded, the claim retained",
+                    policy(DeletionPolicy::Retain),
+                    upgraded(serving()),
+                    Some(Step::DeleteData {
+                        stateful_set: true,
+                        jobs: vec![],
+                        data_claim: false,
+                    }),
+                    "DeletingData",
+                    Stage::Deleting,
+                ),
+                row(
+                    "upgrade Pod still there",
+                    desired(),
+                    {
+                        let mut o = gone.clone();
+                        o.data_claim = true;
+                        o.upgrade_pods = 1;
+                        o
+                    },
+                    Some(Step::DeleteData {
+                        stateful_set: false,
+                        jobs: vec![],
+                        data_claim: true,
                     }),
                     "DeletingData",
                     Stage::Deleting,
