@@ -449,12 +449,13 @@ async fn service_address(ns: &TestNamespace, name: &str) -> String {
     service.spec.unwrap().cluster_ip.unwrap()
 }
 
-/// EtcdCluster `name` of `size` members (etcd 3.6.16), Ready, with two clients writing keys under
-/// `prefix` through its client Service.
+/// EtcdCluster `name` of `size` members running etcd `version`, Ready, with two clients writing
+/// keys under `prefix` through its client Service.
 async fn etcd_with_writers(
     ns: &TestNamespace,
     name: &str,
     size: i64,
+    version: &str,
     prefix: &str,
 ) -> (
     std::sync::Arc<testkit::etcd_store::EtcdStore>,
@@ -464,7 +465,7 @@ async fn etcd_with_writers(
         ns,
         &json!({
             "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-            "metadata": { "name": name }, "spec": { "size": size, "version": "3.6.16" }
+            "metadata": { "name": name }, "spec": { "size": size, "version": version }
         }),
     );
     etcd_settled(ns, name, size).await;
@@ -566,7 +567,7 @@ async fn etcd_keeps_every_acknowledged_write_when_the_leader_and_a_follower_are_
 
     let ns = TestNamespace::new("real-etcd-kill").await;
     let name = "killed";
-    let (store, writers) = etcd_with_writers(&ns, name, 3, "kill/").await;
+    let (store, writers) = etcd_with_writers(&ns, name, 3, "3.6.16", "kill/").await;
     for victim in ["leader", "follower"] {
         let members = etcd_members_leader_first(&ns, name).await;
         let pod = if victim == "leader" {
@@ -600,6 +601,65 @@ async fn etcd_keeps_every_acknowledged_write_when_the_leader_and_a_follower_are_
         "etcd leader and a follower killed",
     )
     .await;
+}
+
+/// Real etcd backed up by an EtcdBackup (its Job runs `etcdctl snapshot save` against a member)
+/// after two clients wrote keys to a 3-member cluster; a new EtcdCluster restored from that
+/// snapshot holds every acknowledged key with its value, and says which snapshot it started from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_cluster_restored_from_an_etcdbackup_holds_every_acknowledged_write() {
+    use testkit::history::Store;
+    let ns = TestNamespace::new("real-etcd-restore").await;
+    let (store, writers) = etcd_with_writers(&ns, "source", 3, "3.6.16", "kept/").await;
+    eventually(TIMEOUT, "some keys written", || async {
+        let keys = store.read_all("kept/").await.ok()?;
+        (keys.len() >= 1000).then_some(())
+    })
+    .await;
+    let history = writers.stop().await;
+    apply(
+        &ns,
+        &json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+            "metadata": { "name": "nightly" }, "spec": { "etcdCluster": { "name": "source" } }
+        }),
+    );
+    let snapshot = eventually(Duration::from_secs(300), "the snapshot taken", || async {
+        let out = kubectl(&["get", "etcdbackup", "nightly", "-n", &ns.name, "-o", "json"]);
+        let backup: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let status = &backup["status"];
+        (status["succeeded"] == true).then(|| status["snapshots"][0]["file"].clone())
+    })
+    .await;
+    println!(
+        "snapshot {snapshot} holds {} acknowledged writes",
+        history.acknowledged()
+    );
+    apply(
+        &ns,
+        &json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": { "name": "restored" },
+            "spec": { "size": 3, "version": "3.6.16", "restore": { "backupName": "nightly" } }
+        }),
+    );
+    etcd_settled(&ns, "restored", 3).await;
+    let out = kubectl_ok(&["get", "etcd", "restored", "-n", &ns.name, "-o", "json"]);
+    let restored: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        restored["status"]["restore"]["snapshot"], snapshot,
+        "the status names the snapshot: {}",
+        restored["status"]
+    );
+    let address = service_address(&ns, "restored-client").await;
+    let restored = testkit::etcd_store::EtcdStore::new(format!("http://{address}:2379"));
+    let read = eventually(TIMEOUT, "every key read back", || async {
+        restored.read_all("kept/").await.ok()
+    })
+    .await;
+    history
+        .check(&read)
+        .assert_kept("etcd backed up and restored into a new cluster");
 }
 
 /// Applies `object` (JSON) in `ns`, as a user's `kubectl apply -f` would.
@@ -676,6 +736,78 @@ fn sampledb_status(ns: &TestNamespace, name: &str) -> serde_json::Value {
     db["status"].clone()
 }
 
+/// Deletes SampleDB `name` and waits until it is gone, with its finalizer's work done.
+fn delete_sampledb(ns: &TestNamespace, name: &str) {
+    kubectl_ok(&[
+        "delete",
+        "sampledb",
+        name,
+        "-n",
+        &ns.name,
+        "--wait=true",
+        "--timeout=300s",
+    ]);
+}
+
+/// SampleDB `name` at `version`, as a user's manifest has it, with `spec` merged into the spec.
+fn sampledb(name: &str, version: &str, spec: serde_json::Value) -> serde_json::Value {
+    let mut object = json!({
+        "apiVersion": "db.example.com/v1alpha1", "kind": "SampleDB",
+        "metadata": { "name": name },
+        "spec": { "version": version, "storage": { "size": "1Gi" } }
+    });
+    for (key, value) in spec.as_object().into_iter().flatten() {
+        object["spec"][key] = value.clone();
+    }
+    object
+}
+
+/// A condition of SampleDB `status` (`null` when it has none of that type).
+fn condition(status: &serde_json::Value, type_: &str) -> serde_json::Value {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Two clients write rows into a new Ready SampleDB until at least 50 are in; the history of
+/// what they were told.
+async fn sampledb_with_rows(
+    ns: &TestNamespace,
+    object: &serde_json::Value,
+) -> testkit::history::History {
+    use testkit::history::{Store, Writers};
+    apply(ns, object);
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let store = std::sync::Arc::new(sampledb_store(ns, name).await);
+    store.prepare().await.unwrap();
+    let writers = Writers::start(store.clone(), "row/", 2);
+    eventually(TIMEOUT, "some rows written", || async {
+        let rows = store.read_all("row/").await.ok()?;
+        (rows.len() >= 50).then_some(())
+    })
+    .await;
+    writers.stop().await
+}
+
+/// Reads every row of SampleDB `name` back (once it is Ready) and checks `history` against them.
+async fn sampledb_read_back(
+    ns: &TestNamespace,
+    name: &str,
+    history: &testkit::history::History,
+    scenario: &str,
+) {
+    let store = sampledb_store(ns, name).await;
+    let read = eventually(TIMEOUT, "every row read back", || async {
+        testkit::history::Store::read_all(&store, "row/").await.ok()
+    })
+    .await;
+    history.check(&read).assert_kept(scenario);
+}
+
 /// Real PostgreSQL: rows written by two clients while scheduled backups run; a backup taken after
 /// the last write; the SampleDB deleted and made again from that backup's file, which then holds
 /// every acknowledged row with its value.
@@ -686,18 +818,15 @@ async fn a_sampledb_restored_from_its_backup_holds_every_acknowledged_row() {
 
     let ns = TestNamespace::new("real-sampledb-backup").await;
     let name = "shop";
-    let database = |spec: serde_json::Value| {
-        json!({
-            "apiVersion": "db.example.com/v1alpha1", "kind": "SampleDB",
-            "metadata": { "name": name }, "spec": spec
-        })
-    };
     apply(
         &ns,
-        &database(json!({
-            "version": "15", "storage": { "size": "1Gi" },
-            "backup": { "schedule": "*/15 * * * * *" }, "deletion": { "policy": "Delete" }
-        })),
+        &sampledb(
+            name,
+            "15",
+            json!({
+                "backup": { "schedule": "*/15 * * * * *" }, "deletion": { "policy": "Delete" }
+            }),
+        ),
     );
     let store = std::sync::Arc::new(sampledb_store(&ns, name).await);
     store.prepare().await.unwrap();
@@ -750,32 +879,79 @@ async fn a_sampledb_restored_from_its_backup_holds_every_acknowledged_row() {
         String::from_utf8_lossy(&listed.stderr)
     );
 
-    kubectl_ok(&[
-        "delete",
-        "sampledb",
-        name,
-        "-n",
-        &ns.name,
-        "--wait=true",
-        "--timeout=180s",
-    ]);
-    apply(
+    delete_sampledb(&ns, name);
+    let restore = json!({ "restore": { "backupFile": format!("{job}.dump") } });
+    apply(&ns, &sampledb(name, "15", restore));
+    sampledb_read_back(
         &ns,
-        &database(json!({
-            "version": "15", "storage": { "size": "1Gi" },
-            "restore": { "backupFile": format!("{job}.dump") }
-        })),
-    );
-    let restored = sampledb_store(&ns, name).await;
-    let read = eventually(TIMEOUT, "every row read back", || async {
-        testkit::history::Store::read_all(&restored, "row/")
-            .await
-            .ok()
+        name,
+        &history,
+        "sampledb backed up, deleted and restored",
+    )
+    .await;
+}
+
+/// A SampleDB restored from a file the backups volume does not hold: its restore Job really runs
+/// and fails, and the SampleDB says so — Degraded with the script's own words, a Warning event,
+/// phase Failed — and is never reported Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampledb_restored_from_a_missing_file_says_so_and_is_not_ready() {
+    let ns = TestNamespace::new("real-sampledb-missing").await;
+    let restore = json!({ "restore": { "backupFile": "nowhere.dump" } });
+    apply(&ns, &sampledb("lost", "15", restore));
+    let status = eventually(Duration::from_secs(300), "the restore to fail", || async {
+        let status = sampledb_status(&ns, "lost");
+        (status["phase"] == "Failed").then_some(status)
     })
     .await;
-    history
-        .check(&read)
-        .assert_kept("sampledb backed up, deleted and restored");
+    let degraded = condition(&status, "Degraded");
+    assert_eq!(degraded["status"], "True", "{status}");
+    assert_eq!(degraded["reason"], "RestoreJobFailed", "{status}");
+    let message = degraded["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("nowhere.dump not found"),
+        "the message must say the file is missing: {message}"
+    );
+    assert_eq!(condition(&status, "Ready")["status"], "False", "{status}");
+    let events = kubectl(&["get", "events", "-n", &ns.name, "-o", "json"]);
+    let events: serde_json::Value = serde_json::from_slice(&events.stdout).unwrap();
+    assert!(
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["type"] == "Warning"
+                && e["regarding"]["kind"]
+                    .as_str()
+                    .or(e["involvedObject"]["kind"].as_str())
+                    == Some("SampleDB")
+                && e["note"]
+                    .as_str()
+                    .or(e["message"].as_str())
+                    .is_some_and(|m| m.contains("not found"))),
+        "a Warning event on the SampleDB says the file is missing"
+    );
+}
+
+/// Kills (SIGKILL) the process of every operator replica deployed on the node; how many there
+/// were. Their containers restart (the Pods stay), as after a crash.
+async fn kill_operator() -> usize {
+    use nix::sys::signal::Signal;
+    let client = testkit::client().await;
+    let pods: Api<Pod> = Api::namespaced(client, OPERATOR_NAMESPACE);
+    let pods = pods
+        .list(&ListParams::default().labels("control-plane=controller-manager"))
+        .await
+        .unwrap()
+        .items;
+    let killed = pods
+        .iter()
+        .map(|pod| {
+            testkit::node_process::signal(&pod.uid().unwrap(), "app-operator", Signal::SIGKILL)
+        })
+        .sum();
+    assert!(killed > 0, "no operator process found on the node");
+    killed
 }
 
 /// The long data scenarios: `make chaos` runs them (`make test` skips `long::`).
@@ -789,7 +965,7 @@ mod long {
     async fn etcd_keeps_every_acknowledged_write_while_it_scales() {
         let ns = TestNamespace::new("real-etcd-history").await;
         let name = "history";
-        let (store, writers) = etcd_with_writers(&ns, name, 1, "history/").await;
+        let (store, writers) = etcd_with_writers(&ns, name, 1, "3.6.16", "history/").await;
         for size in [3, 5, 3, 1] {
             kubectl_ok(&[
                 "patch",
@@ -806,6 +982,63 @@ mod long {
         read_back(&store, writers, "history/", "etcd scaled 1 → 3 → 5 → 3 → 1").await;
     }
 
+    /// Real etcd members upgraded one by one from 3.5 to 3.6 (each Pod replaced by one on the new
+    /// image, the data directory kept) keep every write two clients were told succeeded while the
+    /// upgrade rolled, though every operator process was killed (SIGKILL) in the middle of it:
+    /// the restarted operator finds the half-done upgrade and finishes it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_upgraded_3_5_to_3_6_through_an_operator_crash_keeps_every_write() {
+        let ns = TestNamespace::new("real-etcd-upgrade").await;
+        let name = "rolling";
+        let (store, writers) = etcd_with_writers(&ns, name, 3, "3.5.35", "rolling/").await;
+        kubectl_ok(&[
+            "patch",
+            "etcd",
+            name,
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            &json!({ "spec": { "version": "3.6.16" } }).to_string(),
+        ]);
+        eventually(
+            Duration::from_secs(300),
+            "a member on 3.6.16 while others are on 3.5.35",
+            || async {
+                let pods = ns
+                    .api::<Pod>()
+                    .list(&ListParams::default().labels(&format!("etcd_cluster={name}")))
+                    .await
+                    .ok()?;
+                let images = pods
+                    .items
+                    .iter()
+                    .filter_map(|pod| pod.spec.as_ref()?.containers.first()?.image.clone())
+                    .collect::<Vec<_>>();
+                (images.iter().any(|i| i.ends_with(":v3.6.16"))
+                    && images.iter().any(|i| i.ends_with(":v3.5.35")))
+                .then_some(())
+            },
+        )
+        .await;
+        let killed = kill_operator().await;
+        println!("the upgrade half done: {killed} operator processes killed");
+        eventually(
+            Duration::from_secs(600),
+            "every member at 3.6.16",
+            || async {
+                let out = kubectl(&["get", "etcd", name, "-n", &ns.name, "-o", "json"]);
+                let cluster: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+                let status = &cluster["status"];
+                (status["currentVersion"] == "3.6.16" && status["targetVersion"].is_null())
+                    .then_some(())
+            },
+        )
+        .await;
+        etcd_settled(&ns, name, 3).await;
+        read_back(&store, writers, "rolling/", "etcd upgraded 3.5 → 3.6").await;
+    }
+
     /// A member whose process hangs (SIGSTOP from the node: it holds its connections and answers
     /// nothing) is found by its liveness probe, killed, and replaced once the other two hold a
     /// quorum, not waited on forever; the writes acknowledged meanwhile are all kept.
@@ -816,7 +1049,7 @@ mod long {
 
         let ns = TestNamespace::new("real-etcd-hung").await;
         let name = "hung";
-        let (store, writers) = etcd_with_writers(&ns, name, 3, "hung/").await;
+        let (store, writers) = etcd_with_writers(&ns, name, 3, "3.6.16", "hung/").await;
         let members = etcd_members_leader_first(&ns, name).await;
         let hung = members[1].name_any();
         let stopped = node_process::signal(&members[1].uid().unwrap(), "etcd", Signal::SIGSTOP);
@@ -838,107 +1071,115 @@ mod long {
         );
         read_back(&store, writers, "hung/", "etcd member hung").await;
     }
-}
 
-/// A SampleDB restored from a file the backups volume does not hold: its restore Job really runs
-/// and fails, and the SampleDB says so — Degraded with the script's own words, a Warning event,
-/// phase Failed — and is never reported Ready.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sampledb_restored_from_a_missing_file_says_so_and_is_not_ready() {
-    let ns = TestNamespace::new("real-sampledb-missing").await;
-    apply(
-        &ns,
-        &json!({
-            "apiVersion": "db.example.com/v1alpha1", "kind": "SampleDB",
-            "metadata": { "name": "lost" },
-            "spec": { "version": "15", "storage": { "size": "1Gi" },
-                      "restore": { "backupFile": "nowhere.dump" } }
-        }),
-    );
-    let status = eventually(Duration::from_secs(300), "the restore to fail", || async {
-        let status = sampledb_status(&ns, "lost");
-        (status["phase"] == "Failed").then_some(status)
-    })
-    .await;
-    let condition = |type_: &str| {
-        status["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == type_)
-            .cloned()
-            .unwrap_or_default()
-    };
-    let degraded = condition("Degraded");
-    assert_eq!(degraded["status"], "True", "{status}");
-    assert_eq!(degraded["reason"], "RestoreJobFailed", "{status}");
-    let message = degraded["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("nowhere.dump not found"),
-        "the message must say the file is missing: {message}"
-    );
-    assert_eq!(condition("Ready")["status"], "False", "{status}");
-    let events = kubectl(&["get", "events", "-n", &ns.name, "-o", "json"]);
-    let events: serde_json::Value = serde_json::from_slice(&events.stdout).unwrap();
-    assert!(
-        events["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|e| e["type"] == "Warning"
-                && e["regarding"]["kind"]
-                    .as_str()
-                    .or(e["involvedObject"]["kind"].as_str())
-                    == Some("SampleDB")
-                && e["note"]
-                    .as_str()
-                    .or(e["message"].as_str())
-                    .is_some_and(|m| m.contains("not found"))),
-        "a Warning event on the SampleDB says the file is missing"
-    );
-}
-
-/// Real PostgreSQL upgraded 15 → 17 by the operator (stopped, converted by its upgrade Job,
-/// started on 17) keeps every acknowledged row with its value.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sampledb_upgraded_from_15_to_17_keeps_every_acknowledged_row() {
-    use testkit::history::{Store, Writers};
-
-    let ns = TestNamespace::new("real-sampledb-upgrade").await;
-    let name = "grown";
-    let database = |version: &str| {
-        json!({
-            "apiVersion": "db.example.com/v1alpha1", "kind": "SampleDB",
-            "metadata": { "name": name },
-            "spec": { "version": version, "storage": { "size": "1Gi" } }
+    /// Real PostgreSQL upgraded 15 → 17 by the operator (stopped, converted by its upgrade Job,
+    /// started on 17) keeps every acknowledged row with its value, though every operator process
+    /// was killed (SIGKILL) while the upgrade Job ran: the restarted operator takes the upgrade up
+    /// where its status left it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sampledb_upgraded_15_to_17_through_an_operator_crash_keeps_every_row() {
+        let ns = TestNamespace::new("real-sampledb-upgrade").await;
+        let name = "grown";
+        let history = sampledb_with_rows(&ns, &sampledb(name, "15", json!({}))).await;
+        apply(&ns, &sampledb(name, "17", json!({})));
+        let job = eventually(Duration::from_secs(300), "the upgrade Job", || async {
+            sampledb_status(&ns, name)["upgrade"]["job"]
+                .as_str()
+                .map(str::to_owned)
         })
-    };
-    apply(&ns, &database("15"));
-    let store = std::sync::Arc::new(sampledb_store(&ns, name).await);
-    store.prepare().await.unwrap();
-    let writers = Writers::start(store.clone(), "row/", 2);
-    eventually(TIMEOUT, "some rows written", || async {
-        let rows = store.read_all("row/").await.ok()?;
-        (rows.len() >= 50).then_some(())
-    })
-    .await;
-    let history = writers.stop().await;
-    apply(&ns, &database("17"));
-    eventually(Duration::from_secs(300), "the data at 17", || async {
-        (sampledb_status(&ns, name)["currentVersion"] == "17").then_some(())
-    })
-    .await;
-    let upgraded = sampledb_store(&ns, name).await;
-    let version = eventually(TIMEOUT, "the server answers", || async {
-        upgraded.psql("show server_version").await.ok()
-    })
-    .await;
-    assert!(version.starts_with("17."), "the server runs {version}");
-    let read = eventually(TIMEOUT, "every row read back", || async {
-        upgraded.read_all("row/").await.ok()
-    })
-    .await;
-    history
-        .check(&read)
-        .assert_kept("sampledb upgraded 15 → 17");
+        .await;
+        let killed = kill_operator().await;
+        println!("upgrade Job {job} running: {killed} operator processes killed");
+        eventually(Duration::from_secs(300), "the data at 17", || async {
+            (sampledb_status(&ns, name)["currentVersion"] == "17").then_some(())
+        })
+        .await;
+        let upgraded = sampledb_store(&ns, name).await;
+        let version = eventually(TIMEOUT, "the server answers", || async {
+            upgraded.psql("show server_version").await.ok()
+        })
+        .await;
+        assert!(version.starts_with("17."), "the server runs {version}");
+        sampledb_read_back(&ns, name, &history, "sampledb upgraded 15 → 17").await;
+        // The upgrade Job's Pod names the data claim: the deletion removes it, or the claim (and
+        // the SampleDB) would wait on it forever.
+        delete_sampledb(&ns, name);
+    }
+
+    /// An upgrade that PostgreSQL 17 refuses — the data has a view on a statistic 17 removed
+    /// (`pg_stat_bgwriter.checkpoints_timed`), so restoring the dump fails — leaves 15 running
+    /// with every row, says why (Degraded `UpgradeFailed`, the server's own error), and setting
+    /// the version back to 15 is accepted and clears it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_sampledb_upgrade_leaves_the_old_version_with_every_row_and_can_be_undone() {
+        let ns = TestNamespace::new("real-sampledb-failed-upgrade").await;
+        let name = "stuck";
+        let history = sampledb_with_rows(&ns, &sampledb(name, "15", json!({}))).await;
+        sampledb_store(&ns, name)
+            .await
+            .psql("create view checkpoints as select checkpoints_timed from pg_stat_bgwriter")
+            .await
+            .unwrap();
+        apply(&ns, &sampledb(name, "17", json!({})));
+        let status = eventually(Duration::from_secs(300), "the upgrade to fail", || async {
+            let status = sampledb_status(&ns, name);
+            (condition(&status, "Degraded")["reason"] == "UpgradeFailed").then_some(status)
+        })
+        .await;
+        let message = condition(&status, "Degraded")["message"].clone();
+        println!("the failed upgrade says: {message}");
+        assert!(
+            message.as_str().unwrap().contains("checkpoints_timed"),
+            "the message names what PostgreSQL 17 refused: {message}"
+        );
+        assert_eq!(status["currentVersion"], "15", "{status}");
+        let old = sampledb_store(&ns, name).await;
+        let version = eventually(TIMEOUT, "the server answers", || async {
+            old.psql("show server_version").await.ok()
+        })
+        .await;
+        assert!(version.starts_with("15."), "the server runs {version}");
+        sampledb_read_back(&ns, name, &history, "sampledb upgrade to 17 failed").await;
+
+        apply(&ns, &sampledb(name, "15", json!({})));
+        let status = eventually(TIMEOUT, "the failure cleared", || async {
+            let status = sampledb_status(&ns, name);
+            (condition(&status, "Degraded")["status"] == "False"
+                && condition(&status, "Ready")["status"] == "True")
+                .then_some(status)
+        })
+        .await;
+        assert!(status["upgrade"].is_null(), "no upgrade recorded: {status}");
+    }
+
+    /// Deleted with the `Snapshot` policy, a SampleDB leaves a final dump in its backups volume
+    /// (which outlives it); a new SampleDB restored from that file holds every acknowledged row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sampledb_deleted_with_the_snapshot_policy_restores_from_its_final_dump() {
+        let ns = TestNamespace::new("real-sampledb-snapshot").await;
+        let name = "kept";
+        let snapshot_policy = json!({ "deletion": { "policy": "Snapshot" } });
+        let history = sampledb_with_rows(&ns, &sampledb(name, "15", snapshot_policy)).await;
+        let out = kubectl_ok(&[
+            "get",
+            "sampledb",
+            name,
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ]);
+        // The documented name: `<name>-final-snapshot-<first 8 characters of its uid>.dump`.
+        let file = format!("{name}-final-snapshot-{}.dump", &out[..8]);
+        delete_sampledb(&ns, name);
+        let restore = json!({ "restore": { "backupFile": file } });
+        apply(&ns, &sampledb(name, "15", restore));
+        sampledb_read_back(
+            &ns,
+            name,
+            &history,
+            "sampledb deleted with a final snapshot and restored",
+        )
+        .await;
+    }
 }
