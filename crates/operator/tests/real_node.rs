@@ -273,16 +273,12 @@ async fn seed_004_etcd_members_find_each_other_by_cluster_dns() {
     ]);
     let selector = "app=etcd,etcd_cluster=example-etcd-cluster";
     ready_pods(&ns, selector, 1).await;
-    kubectl_ok(&[
-        "patch",
+    merge_patch(
+        &ns,
         "etcd",
         "example-etcd-cluster",
-        "-n",
-        &ns.name,
-        "--type=merge",
-        "-p",
-        &json!({ "spec": { "size": 2 } }).to_string(),
-    ]);
+        &json!({ "spec": { "size": 2 } }),
+    );
     let pods = ready_pods(&ns, selector, 2).await;
     let member = pods[0].name_any();
     let list = eventually(
@@ -662,6 +658,20 @@ async fn an_etcd_cluster_restored_from_an_etcdbackup_holds_every_acknowledged_wr
         .assert_kept("etcd backed up and restored into a new cluster");
 }
 
+/// Merges `patch` into object `kind`/`name` in `ns`, as `kubectl patch --type=merge` does.
+fn merge_patch(ns: &TestNamespace, kind: &str, name: &str, patch: &serde_json::Value) {
+    kubectl_ok(&[
+        "patch",
+        kind,
+        name,
+        "-n",
+        &ns.name,
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
 /// Applies `object` (JSON) in `ns`, as a user's `kubectl apply -f` would.
 fn apply(ns: &TestNamespace, object: &serde_json::Value) {
     let file = std::env::temp_dir().join(format!(
@@ -967,16 +977,7 @@ mod long {
         let name = "history";
         let (store, writers) = etcd_with_writers(&ns, name, 1, "3.6.16", "history/").await;
         for size in [3, 5, 3, 1] {
-            kubectl_ok(&[
-                "patch",
-                "etcd",
-                name,
-                "-n",
-                &ns.name,
-                "--type=merge",
-                "-p",
-                &json!({ "spec": { "size": size } }).to_string(),
-            ]);
+            merge_patch(&ns, "etcd", name, &json!({ "spec": { "size": size } }));
             etcd_settled(&ns, name, size).await;
         }
         read_back(&store, writers, "history/", "etcd scaled 1 → 3 → 5 → 3 → 1").await;
@@ -991,16 +992,12 @@ mod long {
         let ns = TestNamespace::new("real-etcd-upgrade").await;
         let name = "rolling";
         let (store, writers) = etcd_with_writers(&ns, name, 3, "3.5.35", "rolling/").await;
-        kubectl_ok(&[
-            "patch",
+        merge_patch(
+            &ns,
             "etcd",
             name,
-            "-n",
-            &ns.name,
-            "--type=merge",
-            "-p",
-            &json!({ "spec": { "version": "3.6.16" } }).to_string(),
-        ]);
+            &json!({ "spec": { "version": "3.6.16" } }),
+        );
         eventually(
             Duration::from_secs(300),
             "a member on 3.6.16 while others are on 3.5.35",

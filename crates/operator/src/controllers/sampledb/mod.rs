@@ -177,24 +177,8 @@ impl SampleDBReconciler {
         let db = context.object;
         let status = db.status.clone().unwrap_or_default();
         let namespace = context.namespace.as_str();
-        let jobs: Vec<Arc<Job>> = self
-            .jobs
-            .state()
-            .into_iter()
-            .filter(|job| {
-                job.namespace().as_deref() == Some(namespace)
-                    && is_ours(job.as_ref(), &context.name)
-            })
-            .collect();
-        let own_pods: Vec<Arc<Pod>> = self
-            .pods
-            .state()
-            .into_iter()
-            .filter(|pod| {
-                pod.namespace().as_deref() == Some(namespace)
-                    && is_ours(pod.as_ref(), &context.name)
-            })
-            .collect();
+        let jobs = ours(&self.jobs, namespace, &context.name);
+        let own_pods = ours(&self.pods, namespace, &context.name);
         // A failed Job is seen with what its container said last (PostgreSQL's own error).
         let seen = |job: &Job| SeenJob::of(job).explained_by(own_pods.iter().map(AsRef::as_ref));
         let with_role = |kind: JobKind| {
@@ -507,6 +491,21 @@ impl SampleDBReconciler {
         }
         Ok(())
     }
+}
+
+/// The objects of `store` in `namespace` that carry SampleDB `db`'s instance label.
+fn ours<K>(store: &Store<K>, namespace: &str, db: &str) -> Vec<Arc<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|object| {
+            object.namespace().as_deref() == Some(namespace) && is_ours(object.as_ref(), db)
+        })
+        .collect()
 }
 
 /// The object carries this SampleDB's instance label.
