@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -746,6 +747,39 @@ fn sampledb_status(ns: &TestNamespace, name: &str) -> serde_json::Value {
     db["status"].clone()
 }
 
+/// The Job of a backup of SampleDB `name` (on a schedule) started after now, once it succeeded.
+async fn backup_after_now(ns: &TestNamespace, name: &str) -> String {
+    let now = Timestamp::now();
+    eventually(
+        Duration::from_secs(180),
+        "a backup started after the last write finished",
+        || async {
+            let backup = sampledb_status(ns, name)["backup"].clone();
+            let tick: Timestamp = backup["lastScheduleTime"].as_str()?.parse().ok()?;
+            // A backup Job is named after its tick.
+            let job = format!("{name}-backup-{}", tick.strftime("%Y%m%d-%H%M%S"));
+            (tick > now && backup["lastSuccessfulJob"].as_str() == Some(job.as_str()))
+                .then_some(job)
+        },
+    )
+    .await
+}
+
+/// Deletes SampleDB `name`, makes it again (at 15) from `file` in its backups volume, which
+/// outlives it, and checks `history` against the rows it then holds.
+async fn recreated_from(
+    ns: &TestNamespace,
+    name: &str,
+    file: &str,
+    history: &testkit::history::History,
+    scenario: &str,
+) {
+    delete_sampledb(ns, name);
+    let restore = json!({ "restore": { "backupFile": file } });
+    apply(ns, &sampledb(name, "15", restore));
+    sampledb_read_back(ns, name, history, scenario).await;
+}
+
 /// Deletes SampleDB `name` and waits until it is gone, with its finalizer's work done.
 fn delete_sampledb(ns: &TestNamespace, name: &str) {
     kubectl_ok(&[
@@ -823,7 +857,6 @@ async fn sampledb_read_back(
 /// every acknowledged row with its value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sampledb_restored_from_its_backup_holds_every_acknowledged_row() {
-    use k8s_openapi::jiff::Timestamp;
     use testkit::history::Writers;
 
     let ns = TestNamespace::new("real-sampledb-backup").await;
@@ -853,20 +886,7 @@ async fn a_sampledb_restored_from_its_backup_holds_every_acknowledged_row() {
     )
     .await;
     let history = writers.stop().await;
-    let stopped = Timestamp::now();
-    let job = eventually(
-        Duration::from_secs(180),
-        "a backup started after the last write finished",
-        || async {
-            let backup = sampledb_status(&ns, name)["backup"].clone();
-            let tick: Timestamp = backup["lastScheduleTime"].as_str()?.parse().ok()?;
-            // A backup Job is named after its tick.
-            let job = format!("{name}-backup-{}", tick.strftime("%Y%m%d-%H%M%S"));
-            (tick > stopped && backup["lastSuccessfulJob"].as_str() == Some(job.as_str()))
-                .then_some(job)
-        },
-    )
-    .await;
+    let job = backup_after_now(&ns, name).await;
     println!(
         "backup {job} holds the rows of {} acknowledged writes",
         history.acknowledged()
@@ -889,12 +909,10 @@ async fn a_sampledb_restored_from_its_backup_holds_every_acknowledged_row() {
         String::from_utf8_lossy(&listed.stderr)
     );
 
-    delete_sampledb(&ns, name);
-    let restore = json!({ "restore": { "backupFile": format!("{job}.dump") } });
-    apply(&ns, &sampledb(name, "15", restore));
-    sampledb_read_back(
+    recreated_from(
         &ns,
         name,
+        &format!("{job}.dump"),
         &history,
         "sampledb backed up, deleted and restored",
     )
@@ -1103,6 +1121,58 @@ mod long {
         delete_sampledb(&ns, name);
     }
 
+    /// Rows written while backups run every 10 s, and every operator process killed (SIGKILL)
+    /// while a backup Job runs: the restarted operator takes the next backups while the rows keep
+    /// coming, and one taken after the last write restores every acknowledged row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sampledb_backed_up_through_an_operator_crash_restores_every_row() {
+        use k8s_openapi::api::batch::v1::Job;
+        use testkit::history::Writers;
+
+        let ns = TestNamespace::new("real-sampledb-backup-crash").await;
+        let name = "ledger";
+        let every_10_s = json!({
+            "backup": { "schedule": "*/10 * * * * *" }, "deletion": { "policy": "Delete" }
+        });
+        apply(&ns, &sampledb(name, "15", every_10_s));
+        let store = std::sync::Arc::new(sampledb_store(&ns, name).await);
+        store.prepare().await.unwrap();
+        let writers = Writers::start(store.clone(), "row/", 2);
+        eventually(TIMEOUT, "some rows written", || async {
+            let rows = testkit::history::Store::read_all(store.as_ref(), "row/")
+                .await
+                .ok()?;
+            (rows.len() >= 50).then_some(())
+        })
+        .await;
+        let running = eventually(Duration::from_secs(180), "a backup Job running", || async {
+            let jobs = ns.api::<Job>().list(&ListParams::default()).await.ok()?;
+            jobs.items
+                .into_iter()
+                .find(|job| {
+                    job.name_any().starts_with(&format!("{name}-backup-"))
+                        && job.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0
+                })
+                .map(|job| job.name_any())
+        })
+        .await;
+        let killed = kill_operator().await;
+        println!("backup Job {running} running: {killed} operator processes killed");
+        // The restarted operator backs up again while the rows keep coming.
+        let next = backup_after_now(&ns, name).await;
+        println!("backup {next} succeeded after the crash");
+        let history = writers.stop().await;
+        let job = backup_after_now(&ns, name).await;
+        recreated_from(
+            &ns,
+            name,
+            &format!("{job}.dump"),
+            &history,
+            "sampledb backed up through an operator crash and restored",
+        )
+        .await;
+    }
+
     /// An upgrade that PostgreSQL 17 refuses — the data has a view on a statistic 17 removed
     /// (`pg_stat_bgwriter.checkpoints_timed`), so restoring the dump fails — leaves 15 running
     /// with every row, says why (Degraded `UpgradeFailed`, the server's own error), and setting
@@ -1168,12 +1238,10 @@ mod long {
         ]);
         // The documented name: `<name>-final-snapshot-<first 8 characters of its uid>.dump`.
         let file = format!("{name}-final-snapshot-{}.dump", &out[..8]);
-        delete_sampledb(&ns, name);
-        let restore = json!({ "restore": { "backupFile": file } });
-        apply(&ns, &sampledb(name, "15", restore));
-        sampledb_read_back(
+        recreated_from(
             &ns,
             name,
+            &file,
             &history,
             "sampledb deleted with a final snapshot and restored",
         )
