@@ -722,11 +722,6 @@ fn coredns_manifests(image: &str) -> serde_json::Value {
     })
 }
 
-/// Undoes everything the node did to the machine, in the order that leaves nothing behind: the
-/// kubelet stops (so nothing restarts), every Pod sandbox is stopped and removed through the CRI
-/// (the network plugin releases its address and veth), kube-proxy's rules go, containerd and any
-/// shim it left stop, then the bridge, iptables chains, mounts, cgroups, sysctls and files the
-/// node made. Returns the names of the processes it stopped.
 /// The pinned tools the node runs, found beside its kube-proxy (crictl is built with it).
 fn tools_bin(recorded: &[process::Recorded]) -> Option<PathBuf> {
     recorded
@@ -764,6 +759,11 @@ pub fn pull(layout: &Layout, images: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
+/// Undoes everything the node did to the machine, in the order that leaves nothing behind: the
+/// kubelet stops (so nothing restarts), every Pod sandbox is stopped and removed through the CRI
+/// (the network plugin releases its address and veth), kube-proxy's rules go, containerd and any
+/// shim it left stop, then the bridge, iptables chains, mounts, cgroups, sysctls and files the
+/// node made. Returns the names of the processes it stopped.
 pub fn down(layout: &Layout) -> Result<Vec<String>, Error> {
     let node = NodeLayout::of(layout);
     if !node.exists() {

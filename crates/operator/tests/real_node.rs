@@ -817,12 +817,12 @@ fn condition(status: &serde_json::Value, type_: &str) -> serde_json::Value {
         .unwrap_or_default()
 }
 
-/// Two clients write rows into a new Ready SampleDB until at least 50 are in; the history of
-/// what they were told.
-async fn sampledb_with_rows(
+/// SampleDB `object` applied and Ready, with two clients writing rows into it, at least 50 of
+/// them in already.
+async fn sampledb_writing(
     ns: &TestNamespace,
     object: &serde_json::Value,
-) -> testkit::history::History {
+) -> testkit::history::Writers {
     use testkit::history::{Store, Writers};
     apply(ns, object);
     let name = object["metadata"]["name"].as_str().unwrap();
@@ -834,7 +834,15 @@ async fn sampledb_with_rows(
         (rows.len() >= 50).then_some(())
     })
     .await;
-    writers.stop().await
+    writers
+}
+
+/// [`sampledb_writing`], the writers then stopped: the history of what they were told.
+async fn sampledb_with_rows(
+    ns: &TestNamespace,
+    object: &serde_json::Value,
+) -> testkit::history::History {
+    sampledb_writing(ns, object).await.stop().await
 }
 
 /// Reads every row of SampleDB `name` back (once it is Ready) and checks `history` against them.
@@ -1127,24 +1135,13 @@ mod long {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sampledb_backed_up_through_an_operator_crash_restores_every_row() {
         use k8s_openapi::api::batch::v1::Job;
-        use testkit::history::Writers;
 
         let ns = TestNamespace::new("real-sampledb-backup-crash").await;
         let name = "ledger";
         let every_10_s = json!({
             "backup": { "schedule": "*/10 * * * * *" }, "deletion": { "policy": "Delete" }
         });
-        apply(&ns, &sampledb(name, "15", every_10_s));
-        let store = std::sync::Arc::new(sampledb_store(&ns, name).await);
-        store.prepare().await.unwrap();
-        let writers = Writers::start(store.clone(), "row/", 2);
-        eventually(TIMEOUT, "some rows written", || async {
-            let rows = testkit::history::Store::read_all(store.as_ref(), "row/")
-                .await
-                .ok()?;
-            (rows.len() >= 50).then_some(())
-        })
-        .await;
+        let writers = sampledb_writing(&ns, &sampledb(name, "15", every_10_s)).await;
         let running = eventually(Duration::from_secs(180), "a backup Job running", || async {
             let jobs = ns.api::<Job>().list(&ListParams::default()).await.ok()?;
             jobs.items

@@ -356,8 +356,9 @@ fn a_failed_backup_leaves_no_file() {
     assert_empty(&backups, "files left behind");
 }
 
-/// What the SampleDB's condition shows is the container's last line: it must carry PostgreSQL's
-/// own reason, not "see the error above".
+/// The message a failed restore ends with (and leaves as its container's termination message,
+/// which the SampleDB's condition shows) must carry PostgreSQL's own reason, not "see the error
+/// above".
 #[test]
 fn a_restore_postgres_refuses_ends_with_its_error() {
     let scratch = ok(Scratch::new("restore-refused"));

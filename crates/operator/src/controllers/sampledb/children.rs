@@ -392,7 +392,8 @@ pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
         }]),
         env: Some(environment.clone()),
         volume_mounts: Some(mounts.clone()),
-        // A script that fails says why on its last line: that line reaches the status.
+        // A script that fails writes why to its termination message (`fail` in common.sh); its
+        // log's tail stands in when it died before saying. Either reaches the status.
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     };

@@ -421,7 +421,11 @@ pub fn clean_up(name: &str, namespace: &str, desired: &Desired, observed: &Obser
     let data_claim = desired.deletion != DeletionPolicy::Retain && observed.data_claim;
     // A finished upgrade's Pod still names the data claim, and Kubernetes keeps a claim while any
     // Pod names it (pvc-protection counts Succeeded Pods): those Jobs go before the claim can.
-    let upgrade_jobs = observed.upgrade_jobs.iter().filter(|_| data_claim);
+    let upgrade_jobs: &[SeenJob] = if data_claim {
+        &observed.upgrade_jobs
+    } else {
+        &[]
+    };
     let jobs: Vec<String> = snapshot_job
         .into_iter()
         .chain(upgrade_jobs)
@@ -432,12 +436,7 @@ pub fn clean_up(name: &str, namespace: &str, desired: &Desired, observed: &Obser
     if stateful_set {
         left.push(format!("StatefulSet {name}"));
     }
-    let waited_jobs = observed.final_snapshot_job.iter().chain(
-        observed
-            .upgrade_jobs
-            .iter()
-            .filter(|job| jobs.contains(&job.name)),
-    );
+    let waited_jobs = observed.final_snapshot_job.iter().chain(upgrade_jobs);
     left.extend(waited_jobs.map(|job| format!("Job {}", job.name)));
     if data_claim && observed.upgrade_pods > 0 {
         left.push(format!("{} upgrade Pod(s)", observed.upgrade_pods));
