@@ -1,7 +1,9 @@
 //! SampleDB's Job scripts against real PostgreSQL servers (Debian's packages): init, backup,
-//! restore, the offline snapshot and the upgrade. No Kubernetes: each script runs as its Job's
-//! container would run it (`bash -c SCRIPT`, the PostgreSQL `bin` directory first on PATH, as the
-//! postgres user, with exactly the environment the controller sets).
+//! restore, the offline snapshot and the upgrade. No Kubernetes: each test builds the Job the
+//! controller builds (`children`) and runs one of its containers as the kubelet would start it
+//! (its command, `bash -c SCRIPT`, with the PostgreSQL `bin` directory first on PATH, as the
+//! postgres user), with the environment the container's spec gives it ([`Node::env`]): only the
+//! server's address and the volumes' paths are the test's own.
 
 // Test code: a failed expectation is a failed test.
 #![allow(
@@ -11,20 +13,28 @@
     clippy::indexing_slicing
 )]
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, SystemTime};
 
-use app_operator::controllers::sampledb::scripts::{BACKUP, INIT, RESTORE, SNAPSHOT, UPGRADE};
+use app_operator::controllers::sampledb::children::{self, DATABASE};
+use app_operator_api::SampleDB;
+use app_operator_api::sampledb::{InitSql, Restore, SampleDBSpec};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvFromSource, EnvVarSource};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource, ResourceExt};
 use testkit::postgres::{Binaries, PostgresServer, Scratch, run_script, script, transcript};
 
-/// The superuser the controller creates (not the OS user's name: a script that forgot PGUSER
-/// would connect as `postgres`, who does not exist), with a password that needs quoting.
+/// The superuser, in a Secret of the user's (`spec.credentials.secretName`): not the generated
+/// Secret's `postgres`, the OS user's name, as whom a script that forgot PGUSER would connect
+/// (here that user does not exist). Its password needs quoting.
+const SECRET: &str = "db-superuser";
 const USER: &str = "dbadmin";
 const PASSWORD: &str = "pa ss'word\"$x";
-const DATABASE: &str = "appdb";
 
 /// The rows every test writes and expects back: non-ASCII text, a quote, a NULL.
 const SEED: &str = "CREATE TABLE items (id int PRIMARY KEY, name text);
@@ -32,13 +42,272 @@ const SEED: &str = "CREATE TABLE items (id int PRIMARY KEY, name text);
 const ROWS: &str = "SELECT id, coalesce(name, '<null>') FROM items ORDER BY id";
 const EXPECTED: &str = "1|Grüße\n2|O'Brien\n3|<null>";
 
-const BACKUP_FILE: &str = "appdb-20250101T000000Z.dump";
-
 fn ok<T>(result: io::Result<T>) -> T {
     result.unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A running server in `<scratch>/<name>` with the database `appdb`.
+/// The SampleDB whose Jobs the tests run.
+fn sample_db() -> SampleDB {
+    let spec: SampleDBSpec = serde_json::from_value(serde_json::json!({
+        "version": "17",
+        "credentials": { "secretName": SECRET },
+    }))
+    .unwrap();
+    let mut db = SampleDB::new("db", spec);
+    db.metadata.namespace = Some("default".to_owned());
+    db.metadata.uid = Some("6f1c2e0a-7d3b-4c5e-9a8f-0b1c2d3e4f50".to_owned());
+    db
+}
+
+fn owner(db: &SampleDB) -> OwnerReference {
+    db.controller_owner_ref(&()).unwrap()
+}
+
+/// The init Job, with an init SQL ConfigMap when `sql`.
+fn init_job(sql: bool) -> Job {
+    let mut db = sample_db();
+    db.spec.init_sql = sql.then(|| InitSql {
+        config_map_name: "db-init".to_owned(),
+    });
+    children::first_job(&db, &owner(&db))
+}
+
+/// The restore Job of a SampleDB created from `file`.
+fn restore_job(file: &str) -> Job {
+    let mut db = sample_db();
+    db.spec.restore = Some(Restore {
+        backup_file: file.to_owned(),
+    });
+    children::first_job(&db, &owner(&db))
+}
+
+fn backup_job() -> Job {
+    let db = sample_db();
+    let tick = "2025-01-01T00:00:00Z".parse().unwrap();
+    children::backup_job(&db, &owner(&db), &db.spec.version, tick)
+}
+
+fn upgrade_job(from: &str, to: &str) -> Job {
+    let db = sample_db();
+    children::upgrade_job(&db, &owner(&db), from, to)
+}
+
+fn final_snapshot_job() -> Job {
+    let db = sample_db();
+    let uid = db.metadata.uid.as_deref().unwrap();
+    children::final_snapshot_job(&db, uid, &db.spec.version)
+}
+
+/// The file a backup, snapshot or upgrade `job` writes (and the restore of it reads).
+fn dump_file(job: &Job) -> String {
+    children::dump_file(&job.name_any())
+}
+
+/// The container `name` of `job` (an init container or not).
+fn container<'a>(job: &'a Job, name: &str) -> &'a Container {
+    let pod = job
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.template.spec.as_ref())
+        .unwrap();
+    pod.init_containers
+        .iter()
+        .flatten()
+        .chain(&pod.containers)
+        .find(|container| container.name == name)
+        .unwrap_or_else(|| panic!("Job {} has no container {name}", job.name_any()))
+}
+
+/// The script `container` runs: its command must be `bash -c SCRIPT`.
+fn script_of(container: &Container) -> &str {
+    match (container.command.as_deref(), &container.args) {
+        (Some([bash, c, script]), None) if bash == "bash" && c == "-c" => script,
+        (command, args) => panic!(
+            "container {} runs {command:?} {args:?}, not bash -c SCRIPT",
+            container.name
+        ),
+    }
+}
+
+/// What a Job's Pod gets from the cluster and its node, here: the Secrets' values, the
+/// ConfigMaps, a directory standing in for each volume, and a TMPDIR for the tests that look for
+/// what a script leaves behind.
+#[derive(Clone)]
+struct Node {
+    /// `(Secret, key)` → value.
+    secrets: BTreeMap<(String, String), String>,
+    config_maps: Vec<ConfigMap>,
+    /// Volume name → its directory.
+    volumes: BTreeMap<String, PathBuf>,
+    tmpdir: Option<PathBuf>,
+}
+
+impl Node {
+    /// The credentials Secret ([`USER`], [`PASSWORD`]), the connection ConfigMap pointing at
+    /// `server`, `<scratch>/backups` as the backups volume and `server`'s directory as the data
+    /// volume (its data directory is below it, where PGDATA has it).
+    fn new(scratch: &Scratch, server: &PostgresServer) -> Node {
+        let key = |key: &str| (SECRET.to_owned(), key.to_owned());
+        Node {
+            secrets: BTreeMap::from([
+                (key("username"), USER.to_owned()),
+                (key("password"), PASSWORD.to_owned()),
+            ]),
+            config_maps: vec![connection(server)],
+            volumes: BTreeMap::from([
+                ("backups".to_owned(), ok(scratch.dir("backups"))),
+                (
+                    "data".to_owned(),
+                    server.data_dir().parent().unwrap().to_owned(),
+                ),
+            ]),
+            tmpdir: None,
+        }
+    }
+
+    fn volume(mut self, name: &str, dir: &Path) -> Node {
+        self.volumes.insert(name.to_owned(), dir.to_owned());
+        self
+    }
+
+    fn tmpdir(mut self, dir: &Path) -> Node {
+        self.tmpdir = Some(dir.to_owned());
+        self
+    }
+
+    fn backups(&self) -> &Path {
+        &self.volumes["backups"]
+    }
+
+    /// The environment `container` runs with, made as the kubelet makes it: `envFrom`, then
+    /// `env` over it; then each value under one of the container's mounts moved to the directory
+    /// standing in for that volume. Whatever it cannot resolve fails the test, so a new kind of
+    /// env in the Job is not silently left out.
+    fn env(&self, container: &Container) -> BTreeMap<String, String> {
+        let what = &container.name;
+        let mut env = BTreeMap::new();
+        for source in container.env_from.iter().flatten() {
+            match source {
+                EnvFromSource {
+                    config_map_ref: Some(config_map),
+                    prefix: None,
+                    secret_ref: None,
+                } => env.extend(self.config_map(&config_map.name)),
+                other => panic!("{what}: envFrom {other:?} is not resolved by this test"),
+            }
+        }
+        for var in container.env.iter().flatten() {
+            let value = match &var.value_from {
+                None => {
+                    let value = var.value.clone().unwrap_or_default();
+                    // The kubelet expands `$(NAME)` in a value; this test does not.
+                    assert!(
+                        !value.contains("$("),
+                        "{what}: {}={value} refers to a variable, not resolved by this test",
+                        var.name
+                    );
+                    value
+                }
+                Some(EnvVarSource {
+                    secret_key_ref: Some(key),
+                    config_map_key_ref: None,
+                    field_ref: None,
+                    file_key_ref: None,
+                    resource_field_ref: None,
+                }) => self
+                    .secrets
+                    .get(&(key.name.clone(), key.key.clone()))
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{what}: {} reads {}/{}, a Secret key the test does not have",
+                            var.name, key.name, key.key
+                        )
+                    })
+                    .clone(),
+                Some(other) => panic!(
+                    "{what}: {} from {other:?} is not resolved by this test",
+                    var.name
+                ),
+            };
+            env.insert(var.name.clone(), value);
+        }
+        let mut env: BTreeMap<String, String> = env
+            .into_iter()
+            .map(|(name, value)| {
+                let value = self.remap(container, &name, value);
+                (name, value)
+            })
+            .collect();
+        // The kubelet sets no TMPDIR (mktemp uses /tmp): one of the test's own shows leftovers.
+        if let Some(tmp) = &self.tmpdir {
+            env.insert("TMPDIR".to_owned(), text(tmp).to_owned());
+        }
+        env
+    }
+
+    fn config_map(&self, name: &str) -> BTreeMap<String, String> {
+        let config_map = self
+            .config_maps
+            .iter()
+            .find(|config_map| config_map.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("no ConfigMap {name} in the test"));
+        config_map.data.clone().unwrap_or_default()
+    }
+
+    /// `value` moved from below the container's mount to below the directory standing in for
+    /// its volume; unchanged when it is no path below a mount.
+    fn remap(&self, container: &Container, name: &str, value: String) -> String {
+        let mounts = container.volume_mounts.iter().flatten();
+        let Some(mount) = mounts
+            .filter(|mount| Path::new(&value).starts_with(&mount.mount_path))
+            .max_by_key(|mount| mount.mount_path.len())
+        else {
+            return value;
+        };
+        assert!(
+            mount.sub_path.is_none() && mount.sub_path_expr.is_none(),
+            "{}: the mount of {} has a subPath, not resolved by this test",
+            container.name,
+            mount.name
+        );
+        let dir = self.volumes.get(&mount.name).unwrap_or_else(|| {
+            panic!(
+                "{}: {name}={value} is on the volume {}, which the test has no directory for",
+                container.name, mount.name
+            )
+        });
+        let below = Path::new(&value).strip_prefix(&mount.mount_path).unwrap();
+        if below.as_os_str().is_empty() {
+            text(dir).to_owned()
+        } else {
+            text(&dir.join(below)).to_owned()
+        }
+    }
+
+    /// Runs the container `name` of `job` to its end.
+    fn run(&self, job: &Job, name: &str) -> Output {
+        let container = container(job, name);
+        ok(run_script(script_of(container), self.env(container)))
+    }
+}
+
+/// The connection ConfigMap the controller builds, pointing at `server`: outside Kubernetes
+/// PGHOST, the Service's name, resolves to nothing, and each test's server listens on a port of
+/// its own (several run at once), not PGPORT's 5432.
+fn connection(server: &PostgresServer) -> ConfigMap {
+    let db = sample_db();
+    let mut config_map = children::connection(&db, &owner(&db));
+    let data = config_map.data.as_mut().unwrap();
+    for (name, value) in server.env(DATABASE) {
+        if name == "PGHOST" || name == "PGPORT" {
+            let before = data.insert(name.clone(), value);
+            assert!(before.is_some(), "the connection ConfigMap has no {name}");
+        }
+    }
+    config_map
+}
+
+/// A running server in `<scratch>/<name>` with the Jobs' database.
 fn server(scratch: &Scratch, name: &str) -> PostgresServer {
     let server = ok(PostgresServer::new(
         &scratch.path().join(name),
@@ -56,53 +325,14 @@ fn seeded(scratch: &Scratch, name: &str) -> PostgresServer {
     server
 }
 
-/// Whether `appdb` has the table `name`.
+/// Whether the Jobs' database has the table `name`.
 fn has_table(server: &PostgresServer, name: &str) -> bool {
     let sql = format!("SELECT to_regclass('public.{name}') IS NOT NULL");
     ok(server.psql(DATABASE, &sql)) == "t"
 }
 
-/// `env` plus `extra`.
-fn with(mut env: Vec<(String, String)>, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    env.extend(
-        extra
-            .iter()
-            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
-    );
-    env
-}
-
 fn text(path: &Path) -> &str {
     path.to_str().unwrap()
-}
-
-/// The environment of the Jobs that talk to the running `server` (backup, restore).
-fn online_env(server: &PostgresServer, backups: &Path, file: &str) -> Vec<(String, String)> {
-    with(
-        server.env(DATABASE),
-        &[("BACKUP_DIR", text(backups)), ("BACKUP_FILE", file)],
-    )
-}
-
-/// The environment of the offline Jobs (snapshot, upgrade): the data directory, the superuser,
-/// the database, the backups, and a TMPDIR of the test's own (to see it cleaned up).
-fn offline_env(data: &Path, backups: &Path, file: &str, tmp: &Path) -> Vec<(String, String)> {
-    with(
-        vec![],
-        &[
-            ("PGDATA", text(data)),
-            ("PGUSER", USER),
-            ("PGPASSWORD", PASSWORD),
-            ("PGDATABASE", DATABASE),
-            ("BACKUP_DIR", text(backups)),
-            ("BACKUP_FILE", file),
-            ("TMPDIR", text(tmp)),
-        ],
-    )
-}
-
-fn run(script_text: &str, env: Vec<(String, String)>) -> Output {
-    ok(run_script(script_text, env))
 }
 
 fn succeeded(name: &str, output: &Output) -> String {
@@ -190,11 +420,8 @@ fn init_runs_the_sql_files_in_name_order() {
         ],
     );
 
-    let output = run(
-        INIT,
-        with(db.env(DATABASE), &[("INIT_SQL_DIR", text(&sql))]),
-    );
-    let stdout = succeeded("init.sh", &output);
+    let node = Node::new(&scratch, &db).volume("init-sql", &sql);
+    let stdout = succeeded("init.sh", &node.run(&init_job(true), "init"));
 
     assert_eq!(ok(db.psql(DATABASE, ROWS)), EXPECTED);
     let position = |name: &str| {
@@ -224,10 +451,8 @@ fn init_fails_on_an_sql_error_and_applies_nothing() {
         ],
     );
 
-    let output = run(
-        INIT,
-        with(db.env(DATABASE), &[("INIT_SQL_DIR", text(&sql))]),
-    );
+    let node = Node::new(&scratch, &db).volume("init-sql", &sql);
+    let output = node.run(&init_job(true), "init");
     let stderr = failed("init.sh with a failing file", &output);
 
     assert!(
@@ -246,30 +471,35 @@ fn init_fails_on_an_sql_error_and_applies_nothing() {
 fn init_without_sql_only_checks_the_connection() {
     let scratch = ok(Scratch::new("init-none"));
     let db = server(&scratch, "db");
+    let node = Node::new(&scratch, &db);
     let empty = ok(scratch.dir("empty"));
     let absent = scratch.path().join("absent");
 
-    for (case, extra) in [
-        ("INIT_SQL_DIR unset", vec![]),
+    for (case, job, node) in [
+        ("no spec.initSql", init_job(false), node.clone()),
         (
             "an empty INIT_SQL_DIR",
-            vec![("INIT_SQL_DIR", text(&empty))],
+            init_job(true),
+            node.clone().volume("init-sql", &empty),
         ),
         (
             "an absent INIT_SQL_DIR",
-            vec![("INIT_SQL_DIR", text(&absent))],
+            init_job(true),
+            node.clone().volume("init-sql", &absent),
         ),
     ] {
-        let stdout = succeeded(
-            &format!("init.sh with {case}"),
-            &run(INIT, with(db.env(DATABASE), &extra)),
-        );
+        let stdout = succeeded(&format!("init.sh with {case}"), &node.run(&job, "init"));
         assert!(stdout.contains("connected (PostgreSQL"), "{case}: {stdout}");
         assert!(stdout.contains("no init SQL to run"), "{case}: {stdout}");
     }
 
     // The check is real: a wrong password fails the Job.
-    let output = run(INIT, with(db.env(DATABASE), &[("PGPASSWORD", "wrong")]));
+    let mut wrong = node;
+    wrong.secrets.insert(
+        (SECRET.to_owned(), "password".to_owned()),
+        "wrong".to_owned(),
+    );
+    let output = wrong.run(&init_job(false), "init");
     let stderr = failed("init.sh with a wrong password", &output);
     assert!(
         stderr.contains(&format!("cannot connect to database {DATABASE}")),
@@ -284,18 +514,17 @@ fn init_without_sql_only_checks_the_connection() {
 #[test]
 fn init_waits_for_the_server() {
     let scratch = ok(Scratch::new("init-wait"));
-    let mut db = ok(PostgresServer::create(
-        &scratch.path().join("db"),
-        USER,
-        PASSWORD,
-    ));
+    let mut db = server(&scratch, "db");
     let sql = scratch.path().join("sql");
     config_map(&sql, &[("01.sql", SEED)]);
 
-    // The server starts after the Job: the database is created by the server's own start in a
-    // real Pod; here the Job targets `postgres`, which initdb made.
-    let env = with(db.env("postgres"), &[("INIT_SQL_DIR", text(&sql))]);
-    let mut job = ok(script(INIT, env));
+    // The server (with the database, which the image creates at its first start) starts after
+    // the Job.
+    ok(db.stop());
+    let node = Node::new(&scratch, &db).volume("init-sql", &sql);
+    let job = init_job(true);
+    let init = container(&job, "init");
+    let mut job = ok(script(script_of(init), node.env(init)));
     let job = job
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -307,23 +536,25 @@ fn init_waits_for_the_server() {
 
     let stdout = succeeded("init.sh started before the server", &output);
     assert!(stdout.contains("waiting up to 60 s"), "{stdout}");
-    assert_eq!(ok(db.psql("postgres", ROWS)), EXPECTED);
+    assert_eq!(ok(db.psql(DATABASE, ROWS)), EXPECTED);
 }
 
 #[test]
 fn backup_then_restore_into_a_fresh_server() {
     let scratch = ok(Scratch::new("backup"));
     let source = seeded(&scratch, "source");
-    let backups = ok(scratch.dir("backups"));
+    let node = Node::new(&scratch, &source);
+    let backups = node.backups();
+    let backup = backup_job();
+    let file = dump_file(&backup);
 
-    let output = run(BACKUP, online_env(&source, &backups, BACKUP_FILE));
-    succeeded("backup.sh", &output);
+    succeeded("backup.sh", &node.run(&backup, "backup"));
     assert_eq!(
-        names(&backups),
-        [BACKUP_FILE],
+        names(backups),
+        [file.as_str()],
         "exactly the backup, no partial file"
     );
-    let dump = fs::read(backups.join(BACKUP_FILE)).unwrap();
+    let dump = fs::read(backups.join(&file)).unwrap();
     assert!(
         dump.starts_with(b"PGDMP"),
         "not a pg_dump custom-format archive"
@@ -332,7 +563,7 @@ fn backup_then_restore_into_a_fresh_server() {
     // A fresh server whose database already has other contents: restore replaces them.
     let target = server(&scratch, "target");
     ok(target.psql(DATABASE, "CREATE TABLE leftover (id int)"));
-    let output = run(RESTORE, online_env(&target, &backups, BACKUP_FILE));
+    let output = Node::new(&scratch, &target).run(&restore_job(&file), "restore");
     succeeded("restore.sh", &output);
 
     assert_eq!(ok(target.psql(DATABASE, ROWS)), EXPECTED);
@@ -346,14 +577,14 @@ fn backup_then_restore_into_a_fresh_server() {
 fn a_failed_backup_leaves_no_file() {
     let scratch = ok(Scratch::new("backup-fail"));
     let mut source = seeded(&scratch, "source");
-    let backups = ok(scratch.dir("backups"));
-    let env = online_env(&source, &backups, BACKUP_FILE);
+    let node = Node::new(&scratch, &source);
     ok(source.stop());
 
-    let stderr = failed("backup.sh against a stopped server", &run(BACKUP, env));
+    let output = node.run(&backup_job(), "backup");
+    let stderr = failed("backup.sh against a stopped server", &output);
 
     assert!(stderr.contains("no backup was written"), "{stderr}");
-    assert_empty(&backups, "files left behind");
+    assert_empty(node.backups(), "files left behind");
 }
 
 /// The message a failed restore ends with (and leaves as its container's termination message,
@@ -368,14 +599,14 @@ fn a_restore_postgres_refuses_ends_with_its_error() {
         DATABASE,
         "CREATE ROLE reader; GRANT SELECT ON items TO reader",
     ));
-    let backups = ok(scratch.dir("backups"));
+    let backup = backup_job();
     succeeded(
         "backup.sh",
-        &run(BACKUP, online_env(&source, &backups, BACKUP_FILE)),
+        &Node::new(&scratch, &source).run(&backup, "backup"),
     );
     let target = server(&scratch, "target");
 
-    let output = run(RESTORE, online_env(&target, &backups, BACKUP_FILE));
+    let output = Node::new(&scratch, &target).run(&restore_job(&dump_file(&backup)), "restore");
     let stderr = failed("restore.sh of a grant to a missing role", &output);
 
     let last = stderr.lines().rev().find(|line| !line.trim().is_empty());
@@ -389,12 +620,12 @@ fn a_restore_postgres_refuses_ends_with_its_error() {
 fn restore_of_a_missing_file_fails_naming_it() {
     let scratch = ok(Scratch::new("restore-missing"));
     let db = seeded(&scratch, "db");
-    let backups = ok(scratch.dir("backups"));
+    let node = Node::new(&scratch, &db);
 
-    let output = run(RESTORE, online_env(&db, &backups, "missing.dump"));
+    let output = node.run(&restore_job("missing.dump"), "restore");
     let stderr = failed("restore.sh of a missing file", &output);
 
-    let path = backups.join("missing.dump");
+    let path = node.backups().join("missing.dump");
     assert!(
         stderr.contains(&format!("{} not found", path.display())),
         "{stderr}"
@@ -410,8 +641,10 @@ fn restore_of_a_missing_file_fails_naming_it() {
 fn snapshot_of_the_stopped_data_dir_restores_into_a_fresh_server() {
     let scratch = ok(Scratch::new("snapshot"));
     let mut source = seeded(&scratch, "source");
-    let backups = ok(scratch.dir("backups"));
     let tmp = ok(scratch.dir("tmp"));
+    let node = Node::new(&scratch, &source).tmpdir(&tmp);
+    let backups = node.backups();
+    let snapshot = final_snapshot_job();
     ok(source.stop());
     // A server that listened on the configured TCP address would fail to start: 192.0.2.1
     // (TEST-NET-1) is no address of this machine. The snapshot's server must listen on none.
@@ -421,64 +654,63 @@ fn snapshot_of_the_stopped_data_dir_restores_into_a_fresh_server() {
     fs::write(&conf, settings).unwrap();
     let pid_file = source.data_dir().join("postmaster.pid");
 
-    // A failing dump (no such database) still stops the temporary server and leaves nothing.
-    let mut env = offline_env(source.data_dir(), &backups, BACKUP_FILE, &tmp);
-    env.push(("PGDATABASE".to_owned(), "nosuchdb".to_owned()));
-    let stderr = failed("snapshot.sh of a missing database", &run(SNAPSHOT, env));
+    // A failing dump (a data directory without the database) still stops the temporary server
+    // and leaves nothing.
+    let bare = ok(PostgresServer::create(
+        &scratch.path().join("bare"),
+        USER,
+        PASSWORD,
+    ));
+    let output = Node::new(&scratch, &bare)
+        .tmpdir(&tmp)
+        .run(&snapshot, "final-snapshot");
+    let stderr = failed("snapshot.sh of a missing database", &output);
     assert!(stderr.contains("no snapshot was written"), "{stderr}");
-    assert!(!pid_file.exists(), "the temporary server still runs");
-    assert_empty(&backups, "files left behind");
+    assert!(
+        !bare.data_dir().join("postmaster.pid").exists(),
+        "the temporary server still runs"
+    );
+    assert_empty(backups, "files left behind");
     assert_empty(&tmp, "temporary files left behind");
 
-    let output = run(
-        SNAPSHOT,
-        offline_env(source.data_dir(), &backups, BACKUP_FILE, &tmp),
-    );
-    let stdout = succeeded("snapshot.sh", &output);
+    let stdout = succeeded("snapshot.sh", &node.run(&snapshot, "final-snapshot"));
     assert!(stdout.contains("no TCP address"), "{stdout}");
     assert!(!pid_file.exists(), "the temporary server still runs");
+    let file = dump_file(&snapshot);
     assert_eq!(
-        names(&backups),
-        [BACKUP_FILE],
+        names(backups),
+        [file.as_str()],
         "exactly the snapshot, no partial file"
     );
     assert_empty(&tmp, "temporary files left behind");
 
     let target = server(&scratch, "target");
-    let output = run(RESTORE, online_env(&target, &backups, BACKUP_FILE));
+    let output = Node::new(&scratch, &target).run(&restore_job(&file), "restore");
     succeeded("restore.sh of the snapshot", &output);
     assert_eq!(ok(target.psql(DATABASE, ROWS)), EXPECTED);
 }
 
-/// A seeded server's data directory, offline, and its snapshot in `backups` (the upgrade Job's
-/// init container).
-fn snapshotted(scratch: &Scratch) -> (PostgresServer, PathBuf, PathBuf) {
+/// A seeded server's data directory, offline, and its snapshot by `upgrade`'s init container;
+/// the node its containers run on, with a TMPDIR.
+fn snapshotted(scratch: &Scratch, upgrade: &Job) -> (PostgresServer, Node, PathBuf) {
     let mut db = seeded(scratch, "db");
-    let backups = ok(scratch.dir("backups"));
     let tmp = ok(scratch.dir("tmp"));
     ok(db.stop());
-    succeeded(
-        "snapshot.sh",
-        &run(
-            SNAPSHOT,
-            offline_env(db.data_dir(), &backups, BACKUP_FILE, &tmp),
-        ),
-    );
-    (db, backups, tmp)
+    let node = Node::new(scratch, &db).tmpdir(&tmp);
+    succeeded("snapshot.sh", &node.run(upgrade, "dump"));
+    (db, node, tmp)
 }
 
 #[test]
 fn upgrade_within_a_major_changes_nothing() {
     let scratch = ok(Scratch::new("upgrade-minor"));
-    let (mut db, backups, tmp) = snapshotted(&scratch);
+    let major = ok(Binaries::get()).major;
+    let upgrade = upgrade_job(&format!("{major}.1"), &format!("{major}.2"));
+    let (mut db, node, _) = snapshotted(&scratch, &upgrade);
     let dir = scratch.path().join("db");
     let (before, siblings) = (tree(db.data_dir()), names(&dir));
 
-    let output = run(
-        UPGRADE,
-        offline_env(db.data_dir(), &backups, BACKUP_FILE, &tmp),
-    );
-    let stdout = succeeded("upgrade.sh within a major", &output);
+    let stdout = succeeded("upgrade.sh within a major", &node.run(&upgrade, "upgrade"));
 
     assert!(stdout.contains("no data conversion needed"), "{stdout}");
     assert_eq!(tree(db.data_dir()), before, "the data directory changed");
@@ -494,26 +726,28 @@ fn upgrade_within_a_major_changes_nothing() {
 #[test]
 fn upgrade_across_majors_converts_through_the_dump() {
     let scratch = ok(Scratch::new("upgrade-major"));
-    let (db, backups, tmp) = snapshotted(&scratch);
+    let new_major = ok(Binaries::get()).major;
+    let old_major = new_major - 1;
+    let upgrade = upgrade_job(&old_major.to_string(), &new_major.to_string());
+    let (db, node, tmp) = snapshotted(&scratch, &upgrade);
     let dir = scratch.path().join("db");
     let data = db.data_dir().to_owned();
     drop(db);
     // Only one major is installed: the data directory claims an older one. upgrade.sh never starts
     // a server on it (this one could not start), it only moves it aside.
-    let new_major = ok(Binaries::get()).major;
-    let old_major = new_major - 1;
     fs::write(data.join("PG_VERSION"), format!("{old_major}\n")).unwrap();
     fs::write(data.join("OLD_DATA_MARKER"), "").unwrap();
-    let aside = dir.join(format!("data-{old_major}"));
+    let aside = PathBuf::from(format!("{}-{old_major}", data.display()));
     let before = names(&dir);
 
-    // Without its dump, nothing is touched.
-    let output = run(UPGRADE, offline_env(&data, &backups, "missing.dump", &tmp));
+    // Without its dump (a Job whose init container never ran), nothing is touched.
+    let undumped = upgrade_job(&old_major.to_string(), &format!("{new_major}.1"));
+    let output = node.run(&undumped, "upgrade");
     let stderr = failed("upgrade.sh without a dump", &output);
     assert!(
         stderr.contains(&format!(
             "{} not found",
-            backups.join("missing.dump").display()
+            node.backups().join(dump_file(&undumped)).display()
         )),
         "{stderr}"
     );
@@ -523,8 +757,7 @@ fn upgrade_across_majors_converts_through_the_dump() {
         "upgrade.sh without a dump changed the layout"
     );
 
-    let output = run(UPGRADE, offline_env(&data, &backups, BACKUP_FILE, &tmp));
-    let stdout = succeeded("upgrade.sh across majors", &output);
+    let stdout = succeeded("upgrade.sh across majors", &node.run(&upgrade, "upgrade"));
     assert!(
         stdout.contains(&format!("from PostgreSQL {old_major} to {new_major}")),
         "{stdout}"
@@ -545,7 +778,7 @@ fn upgrade_across_majors_converts_through_the_dump() {
     );
     assert!(!data.join("OLD_DATA_MARKER").exists());
     let mut expected = before.clone();
-    expected.push(format!("data-{old_major}"));
+    expected.push(aside.file_name().unwrap().to_string_lossy().into_owned());
     expected.sort();
     assert_eq!(names(&dir), expected);
     assert_empty(&tmp, "temporary files left behind");
@@ -565,9 +798,9 @@ fn upgrade_across_majors_converts_through_the_dump() {
     // Interrupted between moving the old directory aside and the new one into place: a rerun
     // finishes the swap.
     ok(upgraded.stop());
-    let ready = dir.join(format!("data-{new_major}.ready"));
+    let ready = PathBuf::from(format!("{}-{new_major}.ready", data.display()));
     fs::rename(&data, &ready).unwrap();
-    let output = run(UPGRADE, offline_env(&data, &backups, BACKUP_FILE, &tmp));
+    let output = node.run(&upgrade, "upgrade");
     let stdout = succeeded("upgrade.sh after an interrupted swap", &output);
     assert!(stdout.contains("finishing it"), "{stdout}");
     assert!(!ready.exists());

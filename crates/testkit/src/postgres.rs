@@ -226,9 +226,10 @@ impl Drop for Scratch {
     }
 }
 
-/// A PostgreSQL server of its own: data in `<dir>/data`, its Unix socket in `<dir>/sockets`, its
-/// log in `<dir>/postgres.log`, listening on [`HOST`] at a free port; every connection
-/// authenticates with a password (scram-sha-256). Stopped when dropped; the files stay.
+/// A PostgreSQL server of its own: data in `<dir>/pgdata` (where SampleDB's Jobs put `PGDATA`
+/// below the volume, here `<dir>`), its Unix socket in `<dir>/sockets`, its log in
+/// `<dir>/postgres.log`, listening on [`HOST`] at a free port; every connection authenticates with
+/// a password (scram-sha-256). Stopped when dropped; the files stay.
 pub struct PostgresServer {
     binaries: Binaries,
     data: PathBuf,
@@ -272,7 +273,7 @@ impl PostgresServer {
         Ok(server)
     }
 
-    /// A server for the data directory that is (or will be) in `<dir>/data`, not started.
+    /// A server for the data directory that is (or will be) in `<dir>/pgdata`, not started.
     pub fn existing(dir: &Path, user: &str, password: &str) -> io::Result<PostgresServer> {
         owned_dir(dir)?;
         let sockets = dir.join("sockets");
@@ -280,7 +281,7 @@ impl PostgresServer {
         let port = TcpListener::bind((HOST, 0))?.local_addr()?.port();
         Ok(PostgresServer {
             binaries: Binaries::get()?,
-            data: dir.join("data"),
+            data: dir.join("pgdata"),
             sockets,
             log: dir.join("postgres.log"),
             user: user.to_owned(),

@@ -7,7 +7,7 @@
 //! step, and writes the pure [`status`]. On deletion the plan's cleanup runs instead: stop →
 //! final snapshot Job → delete the data.
 
-mod children;
+pub mod children;
 pub mod plan;
 pub mod scripts;
 mod status;
