@@ -191,7 +191,9 @@ pub struct PodPolicy {
     pub etcd_env: Vec<EnvVar>,
 
     /// PersistentVolumeClaimSpec, when set, gives each member its own PersistentVolumeClaim for
-    /// its data, deleted with the member when the member is removed.
+    /// its data, deleted with the member when the member is removed. A member whose process dies
+    /// is started again on its claim with its ID and data (after a node restart too). Unset,
+    /// members keep their data on emptyDir, which ends with their Pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volume_claim_spec: Option<PersistentVolumeClaimSpec>,
 }

@@ -256,6 +256,13 @@ pub fn member_claim(
     })
 }
 
+/// The claim a member Pod keeps its data on (`None`: its data is on emptyDir).
+pub fn data_claim(pod: &Pod) -> Option<String> {
+    let volumes = pod.spec.as_ref()?.volumes.as_ref()?;
+    let data = volumes.iter().find(|v| v.name == DATA_VOLUME)?;
+    Some(data.persistent_volume_claim.as_ref()?.claim_name.clone())
+}
+
 /// The etcd version a member Pod's image runs (from the annotation the operator sets with it).
 pub fn pod_version(pod: &Pod) -> Option<Version> {
     Version::parse(pod.annotations().get(VERSION_ANNOTATION)?)

@@ -101,14 +101,20 @@ impl Reconciler for EtcdClusterReconciler {
 
         let mut outcome = self.apply_children(context, uid).await;
 
+        let claims: Vec<String> = controlled(&self.claims, namespace, uid)
+            .iter()
+            .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+            .map(|claim| claim.name_any())
+            .collect();
         let pods: Vec<MemberPod> = controlled(&self.pods, namespace, uid)
             .iter()
-            .map(|pod| member_pod(pod))
+            .map(|pod| member_pod(pod, &claims))
             .collect();
         let endpoints = self.endpoints(context, &pods);
         let observed = Observed {
             etcd: self.membership(context, &endpoints).await,
             pods,
+            claims,
             ever_served: cluster
                 .status
                 .as_ref()
@@ -170,13 +176,14 @@ fn restored_from(pod: &Pod) -> Option<RestoreStatus> {
 }
 
 /// A member Pod as the plan sees it.
-fn member_pod(pod: &Pod) -> MemberPod {
+fn member_pod(pod: &Pod, claims: &[String]) -> MemberPod {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     MemberPod {
         name: pod.name_any(),
         dead: matches!(phase, Some("Failed" | "Succeeded")),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         version: pod_version(pod),
+        keeps_data: children::data_claim(pod).is_some_and(|claim| claims.contains(&claim)),
     }
 }
 
@@ -321,6 +328,41 @@ impl EtcdClusterReconciler {
                 (
                     "PodDeleted",
                     format!("deleted Pod {pod}, which is not a member"),
+                )
+            }
+            Step::RestartMember { pod } => {
+                let pods: Api<Pod> =
+                    Api::namespaced(context.shared.client.clone(), &context.namespace);
+                delete_child(&pods, pod, None).await?;
+                let note = format!(
+                    "member {pod}'s process ended; its Pod is created again on its data claim, keeping the member's ID and data"
+                );
+                context
+                    .shared
+                    .publish(
+                        context.object,
+                        EventType::Warning,
+                        "RestartingMember",
+                        "Heal",
+                        note,
+                    )
+                    .await;
+                return Ok(());
+            }
+            Step::RecreateMemberPod { pod } => {
+                let initial = self.cluster_of_claims(context);
+                self.create_member_pod(
+                    context,
+                    pod,
+                    &desired.version,
+                    &initial,
+                    ClusterState::Existing,
+                    None,
+                )
+                .await?;
+                (
+                    "MemberPodCreated",
+                    format!("created member {pod}'s Pod again on its data claim"),
                 )
             }
             Step::CreateMemberPod { pod } => {
@@ -493,6 +535,20 @@ impl EtcdClusterReconciler {
         let member = children::member_pod(context.object, &context.owner, &spec);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
         create_child(&pods, &member).await
+    }
+
+    /// `name=peerURL,…` for every member with a data claim. A member restarting on its data
+    /// ignores the flag (its data holds the membership); it is set for a member whose data
+    /// directory is still empty, which joins as any other.
+    fn cluster_of_claims(&self, context: &Target<'_, EtcdCluster>) -> String {
+        controlled(&self.claims, &context.namespace, &context.uid)
+            .iter()
+            .map(|claim| {
+                let pod = claim.name_any();
+                format!("{pod}={}", self.peer_url(context, &pod))
+            })
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// Creates the Pod of a member already added to `members`, to join the running cluster.

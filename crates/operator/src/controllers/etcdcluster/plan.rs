@@ -1,10 +1,11 @@
 //! The one membership action a reconcile takes, chosen from what the Pods and etcd itself say.
 //! Pure: no I/O, so every ordering rule is a unit test.
 //!
-//! Order (first that applies wins): remove Pods that are not members; create the Pod of a member
-//! that was added but has none; promote a learner that has started; replace a dead member while
-//! quorum holds; add a learner (scale out); remove a non-leader member (scale in); upgrade one
-//! member. Without quorum nothing destructive happens; paused observes only.
+//! Order (first that applies wins): restart a dead member that keeps its data on a claim (even
+//! without quorum: it comes back with its ID and data); remove Pods that are not members; create
+//! the Pod of a member that was added but has none; promote a learner that has started; replace a
+//! dead member while quorum holds; add a learner (scale out); remove a non-leader member (scale
+//! in); upgrade one member. Without quorum nothing destructive happens; paused observes only.
 
 use crate::etcd::quorum;
 use crate::etcd::version::Version;
@@ -18,6 +19,8 @@ pub struct MemberPod {
     pub terminating: bool,
     /// The etcd version its image runs.
     pub version: Option<Version>,
+    /// Its data directory is on its claim (which exists): a new Pod of the same name starts on it.
+    pub keeps_data: bool,
 }
 
 impl MemberPod {
@@ -91,6 +94,24 @@ pub struct Observed {
     pub etcd: Option<Membership>,
     /// The cluster has served before (its status left `Creating`): never bootstrap it again.
     pub ever_served: bool,
+    /// The members' data claims (named after their Pods), those not being deleted.
+    pub claims: Vec<String>,
+}
+
+impl Observed {
+    /// A dead Pod whose member keeps its data, to delete (not its claim) so it can start again.
+    fn restartable(&self) -> Option<&MemberPod> {
+        self.pods
+            .iter()
+            .find(|p| p.dead && p.keeps_data && !p.terminating)
+    }
+
+    /// Data claims with no Pod: a member's Pod, deleted to restart it, is created again on its.
+    fn claims_without_pod(&self) -> impl Iterator<Item = &String> {
+        self.claims
+            .iter()
+            .filter(|claim| !self.pods.iter().any(|p| &p.name == *claim))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +145,10 @@ pub enum Step {
     DeletePod { pod: String },
     /// A member was added but its Pod was never created: create it (`existing`).
     CreateMemberPod { pod: String },
+    /// A member's process ended but its data is on its claim: delete its Pod, keeping the claim.
+    RestartMember { pod: String },
+    /// Create the Pod of a member again on its kept claim: it starts with its ID and data.
+    RecreateMemberPod { pod: String },
     /// A learner has started: make it a voting member.
     Promote { id: u64, name: String },
     /// A member's process is gone for good: remove it; its Pod goes next.
@@ -165,26 +190,47 @@ pub fn plan(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
         blocked,
         progressing,
     };
-    if !etcd.has_quorum() {
-        return plan(None, Some(Blocked::QuorumLost));
-    }
-
     let member_pods: Vec<&str> = etcd
         .members
         .iter()
         .filter_map(|m| m.pod.as_deref())
         .collect();
+    // 0. Members that keep their data come back on it, quorum or not: nothing is removed.
+    let blocked = (!etcd.has_quorum()).then_some(Blocked::QuorumLost);
+    if let Some(dead) = observed
+        .restartable()
+        .filter(|p| member_pods.contains(&p.name.as_str()))
+    {
+        let step = Step::RestartMember {
+            pod: dead.name.clone(),
+        };
+        return plan(Some(step), blocked);
+    }
+    if let Some(claim) = observed.claims_without_pod().find(|claim| {
+        etcd.members
+            .iter()
+            .any(|m| m.started() && m.pod.as_ref() == Some(*claim))
+    }) {
+        let step = Step::RecreateMemberPod { pod: claim.clone() };
+        return plan(Some(step), blocked);
+    }
+    if blocked.is_some() {
+        return plan(None, blocked);
+    }
+
     let pod = |name: &str| observed.pods.iter().find(|p| p.name == name);
 
-    // 1. Pods that are not members.
-    if let Some(stray) = observed
+    // 1. Pods (and data claims) that are not members.
+    let stray_pods = observed
         .pods
         .iter()
-        .find(|p| !p.terminating && !member_pods.contains(&p.name.as_str()))
+        .filter(|p| !p.terminating)
+        .map(|p| &p.name);
+    if let Some(stray) = stray_pods
+        .chain(observed.claims_without_pod())
+        .find(|name| !member_pods.contains(&name.as_str()))
     {
-        let step = Step::DeletePod {
-            pod: stray.name.clone(),
-        };
+        let step = Step::DeletePod { pod: stray.clone() };
         return plan(Some(step), blocked_upgrade);
     }
     // 2. Added members whose Pod was never created.
@@ -297,22 +343,34 @@ pub fn plan(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
     plan(None, None)
 }
 
-/// No member answered: bootstrap a new cluster, wait for its first member, or report the loss.
+/// No member answered: bootstrap a new cluster, wait for its first member, restart members that
+/// keep their data (after a node restart, say), or report the loss.
 fn without_membership(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
-    let live: Vec<&MemberPod> = observed.pods.iter().filter(|p| p.live()).collect();
+    let live = observed.pods.iter().any(MemberPod::live);
+    let data_kept = !observed.claims.is_empty();
     let restore_failed = desired.restoring && observed.pods.iter().any(|p| p.dead);
     let blocked = if observed.ever_served {
-        Some(if live.is_empty() {
-            Blocked::AllMembersLost
-        } else {
+        Some(if live || data_kept {
             Blocked::QuorumLost
+        } else {
+            Blocked::AllMembersLost
         })
     } else if restore_failed {
         Some(Blocked::RestoreFailed)
     } else {
         None
     };
-    let step = if desired.paused || observed.ever_served || restore_failed {
+    let step = if desired.paused {
+        None
+    } else if observed.ever_served {
+        let restart = observed.restartable().map(|p| Step::RestartMember {
+            pod: p.name.clone(),
+        });
+        restart.or_else(|| {
+            let claim = observed.claims_without_pod().next()?;
+            Some(Step::RecreateMemberPod { pod: claim.clone() })
+        })
+    } else if restore_failed {
         None
     } else if let Some(dead) = observed.pods.iter().find(|p| p.dead && !p.terminating) {
         // The first member died before it ever served: start over.
@@ -327,9 +385,9 @@ fn without_membership(desired: &Desired, observed: &Observed, new_pod: &str) -> 
         None
     };
     Plan {
+        progressing: !observed.ever_served || step.is_some(),
         step,
         blocked,
-        progressing: !observed.ever_served,
     }
 }
 
@@ -375,6 +433,7 @@ mod tests {
             dead: false,
             terminating: false,
             version: Some(v("3.6.16")),
+            keeps_data: false,
         }
     }
 
@@ -397,6 +456,7 @@ mod tests {
                 members,
             }),
             ever_served: true,
+            claims: vec![],
         }
     }
 
@@ -410,6 +470,7 @@ mod tests {
             pods: vec![],
             etcd: None,
             ever_served: false,
+            claims: vec![],
         };
         assert_eq!(
             step(&desired(3), &seen),
@@ -429,6 +490,7 @@ mod tests {
             }],
             etcd: None,
             ever_served: false,
+            claims: vec![],
         };
         assert_eq!(
             step(&desired(1), &seen),
@@ -442,6 +504,7 @@ mod tests {
             pods: vec![],
             etcd: None,
             ever_served: true,
+            claims: vec![],
         };
         let plan = plan(&desired(1), &seen, "new");
         assert_eq!(plan.step, None);
@@ -522,6 +585,133 @@ mod tests {
         );
     }
 
+    /// A Pod whose process ended, its data on its claim.
+    fn dead_keeping_data(name: &str) -> MemberPod {
+        MemberPod {
+            dead: true,
+            keeps_data: true,
+            ..pod(name)
+        }
+    }
+
+    fn claims(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn dead_members_that_keep_their_data_restart_on_it_without_quorum() {
+        let members = vec![
+            member(1, "a"),
+            Member {
+                healthy: false,
+                ..member(2, "b")
+            },
+            Member {
+                healthy: false,
+                ..member(3, "c")
+            },
+        ];
+        let mut seen = observed(
+            vec![pod("a"), dead_keeping_data("b"), dead_keeping_data("c")],
+            members,
+        );
+        seen.claims = claims(&["a", "b", "c"]);
+        let restart = plan(&desired(3), &seen, "new");
+        assert_eq!(
+            (restart.step, restart.blocked),
+            (
+                Some(Step::RestartMember { pod: "b".into() }),
+                Some(Blocked::QuorumLost)
+            )
+        );
+        // b's Pod deleted, its claim kept: c's next, then b's Pod again on it, never a
+        // replacement.
+        seen.pods.remove(1);
+        assert_eq!(
+            step(&desired(3), &seen),
+            Some(Step::RestartMember { pod: "c".into() })
+        );
+        seen.pods.remove(1);
+        assert_eq!(
+            step(&desired(3), &seen),
+            Some(Step::RecreateMemberPod { pod: "b".into() })
+        );
+    }
+
+    #[test]
+    fn after_a_node_restart_members_on_claims_come_back_one_at_a_time() {
+        let mut seen = Observed {
+            pods: vec![
+                dead_keeping_data("a"),
+                dead_keeping_data("b"),
+                dead_keeping_data("c"),
+            ],
+            etcd: None,
+            ever_served: true,
+            claims: claims(&["a", "b", "c"]),
+        };
+        let first = plan(&desired(3), &seen, "new");
+        assert_eq!(
+            (first.step, first.blocked, first.progressing),
+            (
+                Some(Step::RestartMember { pod: "a".into() }),
+                Some(Blocked::QuorumLost),
+                true
+            )
+        );
+        seen.pods[0].terminating = true;
+        assert_eq!(
+            step(&desired(3), &seen),
+            Some(Step::RestartMember { pod: "b".into() })
+        );
+        seen.pods = vec![dead_keeping_data("c")];
+        assert_eq!(
+            step(&desired(3), &seen),
+            Some(Step::RestartMember { pod: "c".into() })
+        );
+        seen.pods = vec![];
+        assert_eq!(
+            step(&desired(3), &seen),
+            Some(Step::RecreateMemberPod { pod: "a".into() })
+        );
+        seen.pods = vec![pod("a")];
+        assert_eq!(
+            step(&desired(3), &seen),
+            Some(Step::RecreateMemberPod { pod: "b".into() })
+        );
+    }
+
+    #[test]
+    fn every_member_dead_on_empty_dir_is_lost_for_good() {
+        let dead = |name| MemberPod {
+            dead: true,
+            ..pod(name)
+        };
+        let seen = Observed {
+            pods: vec![dead("a"), dead("b"), dead("c")],
+            etcd: None,
+            ever_served: true,
+            claims: vec![],
+        };
+        let plan = plan(&desired(3), &seen, "new");
+        assert_eq!(
+            (plan.step, plan.blocked),
+            (None, Some(Blocked::AllMembersLost))
+        );
+    }
+
+    #[test]
+    fn a_claim_of_no_member_is_deleted_and_never_restarted() {
+        let mut seen = observed(vec![pod("a")], vec![member(1, "a")]);
+        seen.claims = claims(&["a", "removed"]);
+        assert_eq!(
+            step(&desired(1), &seen),
+            Some(Step::DeletePod {
+                pod: "removed".into()
+            })
+        );
+    }
+
     #[test]
     fn two_dead_of_three_is_quorum_lost_and_nothing_is_done() {
         let pods = vec![
@@ -576,6 +766,7 @@ mod tests {
             pods: vec![dead],
             etcd: None,
             ever_served: false,
+            claims: vec![],
         };
         assert_eq!(
             step(&desired(3), &fresh),

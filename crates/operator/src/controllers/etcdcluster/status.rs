@@ -5,6 +5,7 @@ use app_operator_api::conditions::{DEGRADED, PROGRESSING, READY};
 use app_operator_api::etcdcluster::{EtcdClusterPhase, MembersStatus};
 use app_operator_api::{EtcdCluster, EtcdClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 
 use super::children::selector;
 use super::plan::{Blocked, Desired, Membership, Observed, Plan, Step};
@@ -24,6 +25,7 @@ fn progress(desired: &Desired, observed: &Observed, plan: &Plan) -> Option<&'sta
             Step::DeletePod { .. } | Step::RemoveMember { .. } => "ScalingDown",
             Step::Promote { .. } => "PromotingLearner",
             Step::ReplaceDead { .. } => "ReplacingDeadMember",
+            Step::RestartMember { .. } | Step::RecreateMemberPod { .. } => "RestartingMember",
             Step::Upgrade { .. } => "Upgrading",
         });
     }
@@ -143,12 +145,24 @@ pub fn status(
     };
     let degraded_condition = match (error, plan.blocked) {
         (Some(error), _) => conditions::degraded(Some(error), ""),
-        (None, Some(Blocked::QuorumLost | Blocked::AllMembersLost)) => conditions::Desired {
+        (None, Some(Blocked::QuorumLost)) => conditions::Desired {
             type_: DEGRADED,
             status: true,
             reason: "QuorumLost",
             message: format!(
                 "{summary}: no membership change is safe until a quorum answers again"
+            ),
+        },
+        // The data went with the members (emptyDir lives and dies with its Pod): only a backup
+        // brings it back, and the user has to say which.
+        (None, Some(Blocked::AllMembersLost)) => conditions::Desired {
+            type_: DEGRADED,
+            status: true,
+            reason: "QuorumLost",
+            message: format!(
+                "every member is gone, and its data with it (members without spec.pod.persistentVolumeClaimSpec keep their data on emptyDir, which ends with the Pod): this cluster cannot come back by itself. Restore it from a backup: create a new EtcdCluster with spec.restore.backupName set to an EtcdBackup of {} (`kubectl get etcdbackup -n {}`), then delete this one",
+                cluster.name_any(),
+                cluster.namespace().unwrap_or_default()
             ),
         },
         (None, Some(Blocked::RestoreFailed)) => conditions::Desired {
@@ -277,6 +291,7 @@ mod tests {
                     dead: false,
                     terminating: false,
                     version: Version::parse("3.6.16"),
+                    keeps_data: false,
                 })
                 .collect(),
             etcd: Some(Membership {
@@ -284,6 +299,7 @@ mod tests {
                 leader: Some(1),
             }),
             ever_served: true,
+            claims: vec![],
         }
     }
 
@@ -352,6 +368,34 @@ mod tests {
     }
 
     #[test]
+    fn every_member_lost_with_its_data_says_how_to_restore_from_a_backup() {
+        let now = Time(Timestamp::constant(10, 0));
+        let seen = Observed {
+            etcd: None,
+            ..observed(vec![])
+        };
+        let plan = Plan {
+            step: None,
+            blocked: Some(Blocked::AllMembersLost),
+            progressing: false,
+        };
+        let status = status(&cluster(), &desired(), &seen, &plan, None, &now);
+        assert_eq!(status.phase, EtcdClusterPhase::Failed);
+        let degraded = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == DEGRADED)
+            .unwrap();
+        assert_eq!(degraded.reason, "QuorumLost");
+        assert!(
+            degraded.message.contains("spec.restore.backupName")
+                && degraded.message.contains("kubectl get etcdbackup"),
+            "{}",
+            degraded.message
+        );
+    }
+
+    #[test]
     fn a_step_names_what_is_progressing_and_a_lost_quorum_is_degraded() {
         let now = Time(Timestamp::constant(10, 0));
         let seen = observed(vec![member(1, true), member(2, false), member(3, false)]);
@@ -389,6 +433,7 @@ mod tests {
             pods: vec![],
             etcd: None,
             ever_served: false,
+            claims: vec![],
         };
         let plan = Plan {
             step: Some(Step::Bootstrap { pod: "db-1".into() }),
