@@ -283,24 +283,27 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
             img: install::DEFAULT_IMG.to_owned(),
         };
         print!("{}", install::deploy(&target, &repo(), &overlay_dir())?);
-        let selection: &[&str] = match which {
-            RealNodeTests::Quick => &["--skip", "long::"],
-            RealNodeTests::Long => &["long::"],
+        // A node restart stops every Pod of every test: its scenarios run alone, last.
+        let selections: &[&[&str]] = match which {
+            RealNodeTests::Quick => &[&["--skip", "long::", "--skip", "node_restart::"]],
+            RealNodeTests::Long => &[&["long::"], &["node_restart::"]],
         };
-        let mut test_args = vec!["--".to_owned(), "--nocapture".to_owned()];
-        test_args.extend(selection.iter().map(|arg| (*arg).to_owned()));
-        let status = cargo_test(
-            tools,
-            &["--locked", "-p", "app-operator", "--test", "real_node"],
-            // What the tests measure (the leader handover, the data checks) is printed.
-            &test_args,
-            &[(
-                "APP_OPERATOR_TEST_KUBECONFIG",
-                cluster.kubeconfig.as_os_str(),
-            )],
-        )?;
-        if !status.success() {
-            bail!("the real-node suite failed ({status})");
+        for selection in selections {
+            let mut test_args = vec!["--".to_owned(), "--nocapture".to_owned()];
+            test_args.extend(selection.iter().map(|arg| (*arg).to_owned()));
+            let status = cargo_test(
+                tools,
+                &["--locked", "-p", "app-operator", "--test", "real_node"],
+                // What the tests measure (the leader handover, the data checks) is printed.
+                &test_args,
+                &[(
+                    "APP_OPERATOR_TEST_KUBECONFIG",
+                    cluster.kubeconfig.as_os_str(),
+                )],
+            )?;
+            if !status.success() {
+                bail!("the real-node suite failed ({status})");
+            }
         }
         if which == RealNodeTests::Long {
             return Ok(());

@@ -361,6 +361,32 @@ pub fn cgroups(name: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// SIGKILLs every process in the cgroup `name` and those below it (every hierarchy holds them
+/// all; the first is read).
+pub fn kill_cgroup_processes(name: &str) {
+    fn kill_below(dir: &Path) {
+        let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs
+            .lines()
+            .filter_map(|line| line.trim().parse::<i32>().ok())
+        {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        for child in fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+        {
+            if child.file_type().is_ok_and(|t| t.is_dir()) {
+                kill_below(&child.path());
+            }
+        }
+    }
+    if let Some(dir) = cgroups(name).first() {
+        kill_below(dir);
+    }
+}
+
 /// Removes the cgroup `name` (and those below it, deepest first) in every hierarchy.
 pub fn remove_cgroups(name: &str) {
     for dir in cgroups(name) {

@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::Api;
 
-use crate::cluster::{Layout, args, free_ports, node_is_ready, wait_for};
+use crate::cluster::{Cluster, Layout, Stop, args, free_ports, node_is_ready, wait_for};
 use crate::error::Error;
 use crate::host::{self, HostRecord};
 use crate::images::Images;
@@ -757,6 +757,18 @@ pub fn pull(layout: &Layout, images: &[String]) -> Result<(), Error> {
         ]))?;
     }
     Ok(())
+}
+
+/// Restarts the node as a machine that lost its power would restart, its disks kept: the kubelet
+/// and containerd stop, every container's process is killed (SIGKILL), then containerd and the
+/// kubelet start again and find every container gone. The control plane runs on.
+pub async fn restart(layout: &Layout, timeout: Duration) -> Result<(), Error> {
+    Cluster::stop_component(layout, "kubelet", Stop::Term)?;
+    Cluster::stop_component(layout, "containerd", Stop::Term)?;
+    host::kill_cgroup_processes("kubepods");
+    host::kill_shims(&NodeLayout::of(layout).containerd_socket());
+    Cluster::start_component(layout, "containerd", timeout).await?;
+    Cluster::start_component(layout, "kubelet", timeout).await
 }
 
 /// Undoes everything the node did to the machine, in the order that leaves nothing behind: the

@@ -13,6 +13,7 @@
     clippy::indexing_slicing
 )]
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -446,23 +447,23 @@ async fn service_address(ns: &TestNamespace, name: &str) -> String {
     service.spec.unwrap().cluster_ip.unwrap()
 }
 
-/// EtcdCluster `name` of `size` members running etcd `version`, Ready, with two clients writing
-/// keys under `prefix` through its client Service.
+/// EtcdCluster `name` as `spec` says (its `size` and `version` at least), Ready, with two
+/// clients writing keys under `prefix` through its client Service.
 async fn etcd_with_writers(
     ns: &TestNamespace,
     name: &str,
-    size: i64,
-    version: &str,
+    spec: serde_json::Value,
     prefix: &str,
 ) -> (
     std::sync::Arc<testkit::etcd_store::EtcdStore>,
     testkit::history::Writers,
 ) {
+    let size = spec["size"].as_i64().unwrap();
     apply(
         ns,
         &json!({
             "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-            "metadata": { "name": name }, "spec": { "size": size, "version": version }
+            "metadata": { "name": name }, "spec": spec
         }),
     );
     etcd_settled(ns, name, size).await;
@@ -497,8 +498,7 @@ async fn etcd_settled(ns: &TestNamespace, name: &str, size: i64) {
         Duration::from_secs(300),
         &format!("EtcdCluster {name} Ready with {size} ready members"),
         || async {
-            let out = kubectl(&["get", "etcd", name, "-n", &ns.name, "-o", "json"]);
-            let cluster: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+            let cluster = etcd_cluster(ns, name);
             let status = &cluster["status"];
             let ready = status["conditions"]
                 .as_array()?
@@ -511,6 +511,48 @@ async fn etcd_settled(ns: &TestNamespace, name: &str, size: i64) {
         },
     )
     .await;
+}
+
+/// EtcdCluster `name` as `kubectl get -o json` shows it (`null` when it cannot be read).
+fn etcd_cluster(ns: &TestNamespace, name: &str) -> serde_json::Value {
+    let out = kubectl(&["get", "etcd", name, "-n", &ns.name, "-o", "json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+/// etcd's member IDs by member name, as the cluster behind `store` lists them.
+async fn member_ids(store: &testkit::etcd_store::EtcdStore) -> BTreeMap<String, String> {
+    eventually(TIMEOUT, "the member list", || async {
+        let list = store
+            .call("/v3/cluster/member/list", json!({}))
+            .await
+            .ok()?;
+        list["members"]
+            .as_array()?
+            .iter()
+            .map(|m| Some((m["name"].as_str()?.to_owned(), m["ID"].as_str()?.to_owned())))
+            .collect()
+    })
+    .await
+}
+
+/// The member Pods of EtcdCluster `name` by name: their uid, and whether they are Ready.
+async fn member_pods(ns: &TestNamespace, name: &str) -> BTreeMap<String, (String, bool)> {
+    let pods = ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("etcd_cluster={name}")))
+        .await
+        .unwrap();
+    pods.items
+        .iter()
+        .map(|pod| {
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            (pod.name_any(), (pod.uid().unwrap_or_default(), ready))
+        })
+        .collect()
 }
 
 /// The member Pods of EtcdCluster `name`, the leader first.
@@ -564,7 +606,13 @@ async fn etcd_keeps_every_acknowledged_write_when_the_leader_and_a_follower_are_
 
     let ns = TestNamespace::new("real-etcd-kill").await;
     let name = "killed";
-    let (store, writers) = etcd_with_writers(&ns, name, 3, "3.6.16", "kill/").await;
+    let (store, writers) = etcd_with_writers(
+        &ns,
+        name,
+        json!({ "size": 3, "version": "3.6.16" }),
+        "kill/",
+    )
+    .await;
     for victim in ["leader", "follower"] {
         let members = etcd_members_leader_first(&ns, name).await;
         let pod = if victim == "leader" {
@@ -607,7 +655,13 @@ async fn etcd_keeps_every_acknowledged_write_when_the_leader_and_a_follower_are_
 async fn an_etcd_cluster_restored_from_an_etcdbackup_holds_every_acknowledged_write() {
     use testkit::history::Store;
     let ns = TestNamespace::new("real-etcd-restore").await;
-    let (store, writers) = etcd_with_writers(&ns, "source", 3, "3.6.16", "kept/").await;
+    let (store, writers) = etcd_with_writers(
+        &ns,
+        "source",
+        json!({ "size": 3, "version": "3.6.16" }),
+        "kept/",
+    )
+    .await;
     eventually(TIMEOUT, "some keys written", || async {
         let keys = store.read_all("kept/").await.ok()?;
         (keys.len() >= 1000).then_some(())
@@ -704,6 +758,13 @@ async fn sampledb_store(ns: &TestNamespace, name: &str) -> testkit::sql_store::P
         .unwrap();
     let data = secret.data.unwrap_or_default();
     let text = |key: &str| String::from_utf8(data[key].0.clone()).unwrap();
+    let pod = sampledb_server(ns, name).await;
+    let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    testkit::sql_store::PostgresStore::new(&ip, &text("username"), &text("password"), "app")
+}
+
+/// The ready Pod SampleDB `name`'s Service sends clients to: its server.
+async fn sampledb_server(ns: &TestNamespace, name: &str) -> Pod {
     let service = ns
         .api::<k8s_openapi::api::core::v1::Service>()
         .get(name)
@@ -715,9 +776,7 @@ async fn sampledb_store(ns: &TestNamespace, name: &str) -> testkit::sql_store::P
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let pod = &ready_pods(ns, &selector, 1).await[0];
-    let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
-    testkit::sql_store::PostgresStore::new(&ip, &text("username"), &text("password"), "app")
+    ready_pods(ns, &selector, 1).await.remove(0)
 }
 
 /// Where the volume bound to claim `claim` lives on the node (the local-path provisioner's
@@ -860,26 +919,71 @@ async fn sampledb_read_back(
     history.check(&read).assert_kept(scenario);
 }
 
-/// Real PostgreSQL: rows written by two clients while scheduled backups run; a backup taken after
-/// the last write; the SampleDB deleted and made again from that backup's file, which then holds
-/// every acknowledged row with its value.
+/// Real PostgreSQL: its init Job runs the init SQL; the server runs as the postgres user (999, not
+/// root) on volumes of the local provisioner, its data directory its own (mode 0700); rows written
+/// by two clients while scheduled backups run; a backup taken after the last write; the SampleDB
+/// deleted and made again from that backup's file, which then holds every acknowledged row with
+/// its value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sampledb_restored_from_its_backup_holds_every_acknowledged_row() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use testkit::history::Writers;
 
     let ns = TestNamespace::new("real-sampledb-backup").await;
     let name = "shop";
+    let seeded = "SELECT note FROM seeded";
+    apply(
+        &ns,
+        &json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "shop-init" },
+            "data": { "10-seed.sql":
+                "CREATE TABLE seeded (note text); INSERT INTO seeded VALUES ('from the init SQL');" }
+        }),
+    );
     apply(
         &ns,
         &sampledb(
             name,
             "15",
             json!({
-                "backup": { "schedule": "*/15 * * * * *" }, "deletion": { "policy": "Delete" }
+                "backup": { "schedule": "*/15 * * * * *" }, "deletion": { "policy": "Delete" },
+                "initSql": { "configMapName": "shop-init" }
             }),
         ),
     );
     let store = std::sync::Arc::new(sampledb_store(&ns, name).await);
+    assert_eq!(
+        store.psql(seeded).await.unwrap().trim(),
+        "from the init SQL"
+    );
+    let server = sampledb_server(&ns, name).await;
+    let postgres = testkit::node_process::processes(&server.uid().unwrap(), "postgres");
+    let users: Vec<String> = postgres
+        .iter()
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+            Some(
+                line.split_whitespace()
+                    .skip(1)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )
+        })
+        .collect();
+    assert!(
+        !users.is_empty() && users.iter().all(|ids| ids == "999 999 999 999"),
+        "the postgres processes' real, effective, saved and file-system UIDs: {users:?}"
+    );
+    let data = volume_on_node(&ns, &format!("{name}-data"))
+        .await
+        .join("pgdata");
+    let data = std::fs::metadata(&data).unwrap();
+    assert_eq!(
+        (data.uid(), data.permissions().mode() & 0o777),
+        (999, 0o700),
+        "the data directory's owner and mode on the node"
+    );
     store.prepare().await.unwrap();
     let writers = Writers::start(store.clone(), "row/", 2);
     // Backups run while rows are written.
@@ -925,6 +1029,11 @@ async fn a_sampledb_restored_from_its_backup_holds_every_acknowledged_row() {
         "sampledb backed up, deleted and restored",
     )
     .await;
+    let restored = sampledb_store(&ns, name).await;
+    assert_eq!(
+        restored.psql(seeded).await.unwrap().trim(),
+        "from the init SQL"
+    );
 }
 
 /// A SampleDB restored from a file the backups volume does not hold: its restore Job really runs
@@ -1001,7 +1110,13 @@ mod long {
     async fn etcd_keeps_every_acknowledged_write_while_it_scales() {
         let ns = TestNamespace::new("real-etcd-history").await;
         let name = "history";
-        let (store, writers) = etcd_with_writers(&ns, name, 1, "3.6.16", "history/").await;
+        let (store, writers) = etcd_with_writers(
+            &ns,
+            name,
+            json!({ "size": 1, "version": "3.6.16" }),
+            "history/",
+        )
+        .await;
         for size in [3, 5, 3, 1] {
             merge_patch(&ns, "etcd", name, &json!({ "spec": { "size": size } }));
             etcd_settled(&ns, name, size).await;
@@ -1017,7 +1132,13 @@ mod long {
     async fn etcd_upgraded_3_5_to_3_6_through_an_operator_crash_keeps_every_write() {
         let ns = TestNamespace::new("real-etcd-upgrade").await;
         let name = "rolling";
-        let (store, writers) = etcd_with_writers(&ns, name, 3, "3.5.35", "rolling/").await;
+        let (store, writers) = etcd_with_writers(
+            &ns,
+            name,
+            json!({ "size": 3, "version": "3.5.35" }),
+            "rolling/",
+        )
+        .await;
         merge_patch(
             &ns,
             "etcd",
@@ -1072,7 +1193,13 @@ mod long {
 
         let ns = TestNamespace::new("real-etcd-hung").await;
         let name = "hung";
-        let (store, writers) = etcd_with_writers(&ns, name, 3, "3.6.16", "hung/").await;
+        let (store, writers) = etcd_with_writers(
+            &ns,
+            name,
+            json!({ "size": 3, "version": "3.6.16" }),
+            "hung/",
+        )
+        .await;
         let members = etcd_members_leader_first(&ns, name).await;
         let hung = members[1].name_any();
         let stopped = node_process::signal(&members[1].uid().unwrap(), "etcd", Signal::SIGSTOP);
@@ -1243,5 +1370,203 @@ mod long {
             "sampledb deleted with a final snapshot and restored",
         )
         .await;
+    }
+
+    /// A member (the leader) cut from its peers (its network namespace drops peer traffic, port
+    /// 2380, both ways) loses the lead and is reported unreachable while the two others elect a
+    /// leader and keep taking writes; healed, it catches up as the same member in the same Pod,
+    /// and every acknowledged write is kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_etcd_member_cut_from_its_peers_catches_up_when_healed() {
+        use testkit::history::Store;
+        use testkit::node_process::iptables_in_pod;
+
+        let ns = TestNamespace::new("real-etcd-partition").await;
+        let name = "cut";
+        let spec = json!({ "size": 3, "version": "3.6.16" });
+        let (store, writers) = etcd_with_writers(&ns, name, spec, "cut/").await;
+        let cut = etcd_members_leader_first(&ns, name).await.remove(0);
+        let (uid, member) = (cut.uid().unwrap(), cut.name_any());
+        let rules = [["INPUT", "--dport"], ["OUTPUT", "--dport"]];
+        for [chain, port] in rules {
+            let args = ["-I", chain, "-p", "tcp", port, "2380", "-j", "DROP"];
+            assert!(iptables_in_pod(&uid, "etcd", &args), "cutting {member}");
+        }
+        eventually(
+            Duration::from_secs(120),
+            &format!("{member} reported unreachable"),
+            || async {
+                let status = &etcd_cluster(&ns, name)["status"];
+                let degraded = condition(status, "Degraded");
+                (degraded["reason"] == "MembersUnreachable"
+                    && degraded["message"].as_str()?.contains(&member))
+                .then_some(())
+            },
+        )
+        .await;
+        let before = store.read_all("cut/").await.unwrap().len();
+        eventually(TIMEOUT, "writes acknowledged while cut off", || async {
+            let now = store.read_all("cut/").await.ok()?.len();
+            (now >= before + 100).then_some(())
+        })
+        .await;
+        println!("{member} cut off: unreachable, the others took writes ({before} keys and on)");
+        for [chain, port] in rules {
+            let args = ["-D", chain, "-p", "tcp", port, "2380", "-j", "DROP"];
+            assert!(iptables_in_pod(&uid, "etcd", &args), "healing {member}");
+        }
+        etcd_settled(&ns, name, 3).await;
+        let pod = ns.api::<Pod>().get(&member).await.unwrap();
+        assert_eq!(pod.uid().unwrap(), uid, "{member} came back in its own Pod");
+        read_back(
+            &store,
+            writers,
+            "cut/",
+            "etcd leader cut from its peers, then healed",
+        )
+        .await;
+    }
+
+    /// Every operator process killed (SIGKILL) twice under writes: while a scale-out 3 → 5 adds
+    /// members, and after it removed a dead member but before its replacement joined. The
+    /// restarted operator takes each up from what etcd and the Pods say; every write is kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_keeps_every_write_when_the_operator_dies_mid_scale_out_and_mid_replacement() {
+        use nix::sys::signal::Signal;
+
+        let ns = TestNamespace::new("real-etcd-operator-killed").await;
+        let name = "orphaned";
+        let spec = json!({ "size": 3, "version": "3.6.16" });
+        let (store, writers) = etcd_with_writers(&ns, name, spec, "orphaned/").await;
+        merge_patch(&ns, "etcd", name, &json!({ "spec": { "size": 5 } }));
+        eventually(TIMEOUT, "a fourth member added", || async {
+            (member_ids(&store).await.len() > 3).then_some(())
+        })
+        .await;
+        println!(
+            "mid scale-out: {} operator processes killed",
+            kill_operator().await
+        );
+        etcd_settled(&ns, name, 5).await;
+
+        let dead = etcd_members_leader_first(&ns, name).await.remove(1);
+        let killed = testkit::node_process::signal(&dead.uid().unwrap(), "etcd", Signal::SIGKILL);
+        assert_eq!(killed, 1, "{}'s etcd process", dead.name_any());
+        eventually(
+            Duration::from_secs(120),
+            "the dead member removed",
+            || async {
+                let ids = member_ids(&store).await;
+                (!ids.contains_key(&dead.name_any())).then_some(())
+            },
+        )
+        .await;
+        println!(
+            "mid replacement: {} operator processes killed",
+            kill_operator().await
+        );
+        etcd_settled(&ns, name, 5).await;
+        read_back(
+            &store,
+            writers,
+            "orphaned/",
+            "etcd operator killed mid scale-out and mid replacement",
+        )
+        .await;
+    }
+}
+
+/// Scenarios that restart the node, stopping every Pod of every test: `make chaos` runs them
+/// alone, after the others (`make test` skips `node_restart::`).
+mod node_restart {
+    use super::*;
+
+    /// The node restarted (kubelet and containerd stopped, every container killed, both started
+    /// again) under two writing clients: a cluster whose members keep their data on
+    /// PersistentVolumes comes back with every acknowledged write and the same member IDs (each
+    /// member's Pod created again on its claim); one on emptyDir, whose data went with its Pods,
+    /// says it is lost and how to restore it from a backup.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn after_a_node_restart_members_on_volumes_come_back_and_those_on_empty_dir_say_restore()
+    {
+        let ns = TestNamespace::new("real-node-restart").await;
+        let on_volumes = json!({
+            "size": 3, "version": "3.6.16",
+            "pod": { "persistentVolumeClaimSpec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": { "requests": { "storage": "1Gi" } }
+            }}
+        });
+        apply(
+            &ns,
+            &json!({
+                "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+                "metadata": { "name": "ephemeral" }, "spec": { "size": 1, "version": "3.6.16" }
+            }),
+        );
+        let (store, writers) = etcd_with_writers(&ns, "durable", on_volumes, "durable/").await;
+        etcd_settled(&ns, "ephemeral", 1).await;
+        let ids = member_ids(&store).await;
+        let pods_before = member_pods(&ns, "durable").await;
+        eventually(TIMEOUT, "some keys written", || async {
+            use testkit::history::Store;
+            (store.read_all("durable/").await.ok()?.len() >= 200).then_some(())
+        })
+        .await;
+
+        let kubeconfig = testkit::kubeconfig();
+        let layout = local_cluster::Layout {
+            state_dir: kubeconfig.parent().unwrap().to_owned(),
+        };
+        let started = Instant::now();
+        local_cluster::node::restart(&layout, Duration::from_secs(120))
+            .await
+            .unwrap();
+        println!("node restarted in {:.0} s", started.elapsed().as_secs_f64());
+
+        // The status said Ready before the restart: first see the Pods created again.
+        eventually(
+            Duration::from_secs(600),
+            "every member's Pod created again under its name, Ready",
+            || async {
+                let pods = member_pods(&ns, "durable").await;
+                let renewed = pods.keys().eq(pods_before.keys())
+                    && pods.iter().all(|(name, (uid, ready))| {
+                        *ready && pods_before.get(name).is_some_and(|(old, _)| old != uid)
+                    });
+                renewed.then_some(())
+            },
+        )
+        .await;
+        etcd_settled(&ns, "durable", 3).await;
+        println!(
+            "the cluster on volumes Ready with 3 members {:.0} s after the restart began",
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(
+            member_ids(&store).await,
+            ids,
+            "the same members, by name and ID"
+        );
+        read_back(
+            &store,
+            writers,
+            "durable/",
+            "etcd on volumes through a node restart",
+        )
+        .await;
+
+        let lost = eventually(
+            Duration::from_secs(300),
+            "the cluster on emptyDir Degraded (QuorumLost), saying how to restore",
+            || async {
+                let degraded = condition(&etcd_cluster(&ns, "ephemeral")["status"], "Degraded");
+                let message = degraded["message"].as_str()?.to_owned();
+                (degraded["reason"] == "QuorumLost" && message.contains("spec.restore.backupName"))
+                    .then_some(message)
+            },
+        )
+        .await;
+        println!("the cluster on emptyDir: {lost}");
     }
 }

@@ -30,3 +30,16 @@ pub fn signal(pod_uid: &str, command: &str, signal: Signal) -> usize {
         .filter(|pid| kill(*pid, signal).is_ok())
         .count()
 }
+
+/// Runs `iptables args` in the network namespace of the Pod `pod_uid` (entered through its process
+/// `command`): the Pod's own rules, the node's are untouched. Whether it succeeded.
+pub fn iptables_in_pod(pod_uid: &str, command: &str, args: &[&str]) -> bool {
+    let Some(pid) = processes(pod_uid, command).into_iter().next() else {
+        return false;
+    };
+    std::process::Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-n", "iptables", "-w"])
+        .args(args)
+        .status()
+        .is_ok_and(|status| status.success())
+}
