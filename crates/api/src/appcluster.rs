@@ -30,12 +30,6 @@ use crate::validation::LABEL_VALUE_NAME_RULE;
         json_path = ".status.conditions[?(@.type==\"Ready\")].message"
     ),
     printcolumn(
-        name = "Image",
-        type_ = "string",
-        priority = 1,
-        json_path = ".spec.image"
-    ),
-    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

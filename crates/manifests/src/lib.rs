@@ -134,20 +134,39 @@ pub fn user_roles(name_prefix: &str, labels: &str) -> String {
         "# Generated from the CRDs by `make manifests`: viewer, editor and admin roles per kind,\n\
          # aggregated into the built-in view, edit and admin ClusterRoles.\n",
     );
+    let list =
+        |verbs: &[&str]| -> String { verbs.iter().map(|verb| format!("  - {verb}\n")).collect() };
     for crd in app_operator_api::crds() {
         let (group, plural) = (&crd.spec.group, &crd.spec.names.plural);
         let kind = crd.spec.names.kind.to_lowercase();
+        let scales = crd
+            .spec
+            .versions
+            .iter()
+            .any(|v| v.subresources.as_ref().is_some_and(|s| s.scale.is_some()));
         for (role, aggregate_to, verbs) in USER_ROLES {
+            // `kubectl scale` goes through the scale subresource: who may read a kind may read its
+            // scale, who may change it may scale it (as the built-in roles have deployments/scale).
+            let scale_verbs: &[&str] = if role == "viewer" {
+                &["get"]
+            } else {
+                &["get", "patch", "update"]
+            };
+            let scale = if scales {
+                format!(
+                    "- apiGroups:\n  - {group}\n  resources:\n  - {plural}/scale\n  verbs:\n{}",
+                    list(scale_verbs)
+                )
+            } else {
+                String::new()
+            };
             yaml.push_str(&format!(
                 "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  \
                  name: {name_prefix}{kind}-{role}-role\n  labels:\n    \
                  rbac.authorization.k8s.io/aggregate-to-{aggregate_to}: \"true\"\n{labels}\
                  rules:\n- apiGroups:\n  - {group}\n  resources:\n  - {plural}\n  verbs:\n{}\
-                 - apiGroups:\n  - {group}\n  resources:\n  - {plural}/status\n  verbs:\n  - get\n",
-                verbs
-                    .iter()
-                    .map(|verb| format!("  - {verb}\n"))
-                    .collect::<String>()
+                 {scale}- apiGroups:\n  - {group}\n  resources:\n  - {plural}/status\n  verbs:\n  - get\n",
+                list(verbs)
             ));
         }
     }

@@ -355,6 +355,15 @@ impl Metrics {
             .get_or_create(&labels)
             .set(i64::from(concurrency));
         self.active_workers.get_or_create(&labels).set(0);
+        // Every reconcile series exists from the start, at 0 (as controller-runtime's
+        // `initMetrics`): `rate()` and `absent()` work from the first scrape.
+        for result in ["success", "error"] {
+            self.reconcile_total
+                .get_or_create(&ResultLabels { controller, result })
+                .inc_by(0);
+        }
+        self.reconcile_errors_total.get_or_create(&labels).inc_by(0);
+        drop(self.reconcile_time_seconds.get_or_create(&labels));
         self.workqueue.started(controller);
     }
 
@@ -623,6 +632,24 @@ mod tests {
             .filter(|line| line.starts_with("app_operator_degraded_objects{"))
             .map(str::to_owned)
             .collect()
+    }
+
+    #[test]
+    fn a_started_controller_has_its_reconcile_series_at_zero_before_any_reconcile() {
+        let metrics = Metrics::default();
+        metrics.controller_started("myapp", 4);
+        let text = metrics.encode().unwrap_or_default();
+        for series in [
+            r#"controller_runtime_reconcile_total{controller="myapp",result="success"} 0"#,
+            r#"controller_runtime_reconcile_total{controller="myapp",result="error"} 0"#,
+            r#"controller_runtime_reconcile_errors_total{controller="myapp"} 0"#,
+            r#"controller_runtime_reconcile_time_seconds_count{controller="myapp"} 0"#,
+        ] {
+            assert!(
+                text.lines().any(|line| line == series),
+                "{series} in:\n{text}"
+            );
+        }
     }
 
     #[test]
