@@ -1474,6 +1474,107 @@ mod long {
         )
         .await;
     }
+
+    /// The backups volume full (a 1 MiB filesystem over it on the node, filled): the scheduled
+    /// backup fails and says why (no readable dump, 0 KiB free: in the condition and a Warning
+    /// event), leaves no partial dump, and the database keeps serving every row; once
+    /// space is freed the next backup succeeds and holds every row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_backups_volume_fails_the_backup_clearly_and_the_next_one_succeeds_once_freed() {
+        let ns = TestNamespace::new("real-sampledb-full").await;
+        let name = "cramped";
+        let every_15_s = json!({
+            "backup": { "schedule": "*/15 * * * * *" }, "deletion": { "policy": "Delete" }
+        });
+        let history = sampledb_with_rows(&ns, &sampledb(name, "15", every_15_s)).await;
+        let backups = volume_on_node(&ns, &format!("{name}-backups")).await;
+        let small = SmallFilesystem::mount(&backups, "1m");
+        let filler = backups.join("filler");
+        // Fills it: the write stops at "No space left on device".
+        let _ = std::fs::write(&filler, vec![0u8; 2 << 20]);
+        let failed_after = Timestamp::now();
+        let message = eventually(
+            Duration::from_secs(120),
+            "a backup failed for want of space",
+            || async {
+                let status = sampledb_status(&ns, name);
+                let failed: Timestamp =
+                    status["backup"]["lastFailedTime"].as_str()?.parse().ok()?;
+                let last = condition(&status, "LastBackupSucceeded");
+                (failed > failed_after && last["status"] == "False")
+                    .then(|| last["message"].as_str().unwrap_or_default().to_owned())
+            },
+        )
+        .await;
+        println!("the backups volume full: {message}");
+        // pg_dump 15 exits 0 having written nothing to a full volume; the check after it fails.
+        assert!(message.contains("is not a readable archive"), "{message}");
+        assert!(message.contains("0 KiB free on its volume"), "{message}");
+        let events = kubectl_ok(&[
+            "get",
+            "events",
+            "-n",
+            &ns.name,
+            "--field-selector",
+            "reason=BackupFailed",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ]);
+        assert!(
+            events.contains("0 KiB free on its volume"),
+            "events: {events}"
+        );
+        let left: Vec<String> = std::fs::read_dir(&backups)
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|file| file != "filler")
+            .collect();
+        assert!(left.is_empty(), "left in the full volume: {left:?}");
+        let serving = sampledb_status(&ns, name);
+        assert_eq!(condition(&serving, "Ready")["status"], "True", "{serving}");
+        sampledb_read_back(
+            &ns,
+            name,
+            &history,
+            "sampledb serving with its backups volume full",
+        )
+        .await;
+
+        std::fs::remove_file(&filler).unwrap();
+        let job = backup_after_now(&ns, name).await;
+        println!("space freed: backup {job} succeeded");
+        let file = format!("{job}.dump");
+        let scenario = "sampledb backed up once its full backups volume had space again";
+        recreated_from(&ns, name, &file, &history, scenario).await;
+        delete_sampledb(&ns, name);
+        drop(small);
+    }
+}
+
+/// A small filesystem (tmpfs) mounted over a directory of the node, unmounted when dropped.
+struct SmallFilesystem(std::path::PathBuf);
+
+impl SmallFilesystem {
+    fn mount(dir: &std::path::Path, size: &str) -> SmallFilesystem {
+        let options = format!("size={size},mode=0777");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &options, "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "mounting a {size} tmpfs on {}",
+            dir.display()
+        );
+        SmallFilesystem(dir.to_owned())
+    }
+}
+
+impl Drop for SmallFilesystem {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
 }
 
 /// Scenarios that restart the node, stopping every Pod of every test: `make chaos` runs them

@@ -584,6 +584,12 @@ fn a_failed_backup_leaves_no_file() {
     let stderr = failed("backup.sh against a stopped server", &output);
 
     assert!(stderr.contains("no backup was written"), "{stderr}");
+    // The last line (the termination message the condition quotes) says why: pg_dump's error.
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("pg_dump of database app failed: pg_dump: error: connection to server"),
+        "{last}"
+    );
     assert_empty(node.backups(), "files left behind");
 }
 

@@ -599,11 +599,20 @@ fn events(
             "failed; see its Pod's log",
         ),
     ];
+    // A failure's note is its condition's message, which says why.
+    let failure = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == status::LAST_BACKUP_SUCCEEDED && c.status == "False")
+        .map(|c| c.message.clone());
     for (before, now, type_, reason, outcome) in finished {
         if before != now
             && let Some(job) = now
         {
-            let note = format!("backup Job {job} {outcome}");
+            let note = match (type_, &failure) {
+                (EventType::Warning, Some(failure)) => failure.clone(),
+                _ => format!("backup Job {job} {outcome}"),
+            };
             events.push(event(type_, reason, "Backup", note));
         }
     }

@@ -12,7 +12,7 @@ use super::children::{credentials_secret, final_snapshot_job_name};
 use super::plan::{Observed, Plan, Stage, Step};
 use crate::reconcile::Error;
 use crate::reconcile::conditions::{self, Desired, set};
-use crate::reconcile::jobs::{self, NewlyFinished, SeenJob};
+use crate::reconcile::jobs::{self, JobState, NewlyFinished, SeenJob};
 
 pub const INITIALIZED: &str = "Initialized";
 pub const LAST_BACKUP_SUCCEEDED: &str = "LastBackupSucceeded";
@@ -112,7 +112,16 @@ pub fn status(
         .as_ref()
         .is_some_and(|(_, replicas)| *replicas > 0)
         && observed.database.ready;
-    set_conditions(db, &mut status, plan, running, error, &Time(now));
+    let backup_failure = backup_failure(db, &status, observed);
+    set_conditions(
+        db,
+        &mut status,
+        plan,
+        running,
+        error,
+        &Time(now),
+        backup_failure,
+    );
     status.phase = match plan.stage {
         Stage::Deleting | Stage::DeletionBlocked | Stage::Deleted => SampleDBPhase::Deleting,
         Stage::Upgrading => SampleDBPhase::Upgrading,
@@ -125,8 +134,29 @@ pub fn status(
     status
 }
 
+/// Why the last failed backup failed: "Backup Job … failed: <the Job's failure and what its
+/// container said>", from the Job while it is kept, else as the condition said it before.
+fn backup_failure(db: &SampleDB, status: &SampleDBStatus, observed: &Observed) -> Option<String> {
+    let job = status.backup.last_failed_job.as_deref()?;
+    let said = format!("Backup Job {job} failed");
+    let seen = observed.backups.iter().find(|seen| seen.name == job);
+    if let Some(SeenJob {
+        state: JobState::Failed { message, .. },
+        ..
+    }) = seen
+    {
+        return Some(format!("{said}: {message}"));
+    }
+    let previous = db.status.as_ref()?.conditions.iter();
+    previous
+        .filter(|c| c.type_ == LAST_BACKUP_SUCCEEDED && c.message.starts_with(&said))
+        .map(|c| c.message.clone())
+        .next()
+        .or(Some(said))
+}
+
 /// The conditions: Ready, Progressing, Degraded, Initialized, and LastBackupSucceeded once a
-/// backup finished.
+/// backup finished (`backup_failure`: why the last failed one failed).
 fn set_conditions(
     db: &SampleDB,
     status: &mut SampleDBStatus,
@@ -134,6 +164,7 @@ fn set_conditions(
     running: bool,
     error: Option<&Error>,
     now: &Time,
+    backup_failure: Option<String>,
 ) {
     let previous = db
         .status
@@ -212,10 +243,7 @@ fn set_conditions(
                     status.backup.last_successful_job.as_deref().unwrap_or("")
                 )
             } else {
-                format!(
-                    "Backup Job {} failed",
-                    status.backup.last_failed_job.as_deref().unwrap_or("")
-                )
+                backup_failure.unwrap_or_default()
             },
         });
     }
@@ -406,5 +434,34 @@ mod tests {
             ["db-backup-1", "db-backup-2", "db-backup-3"]
         );
         assert!(names(&status.backup).is_empty());
+    }
+
+    #[test]
+    fn a_failed_backup_says_why_while_its_job_is_kept_and_after() {
+        let mut seen = observed();
+        seen.backups = vec![SeenJob {
+            name: "db-backup-1".into(),
+            state: JobState::Failed {
+                at: Some(Time(at("2026-11-23T10:03:00Z"))),
+                reason: "BackoffLimitExceeded".into(),
+                message:
+                    "its container said: pg_dump: error: could not write: No space left on device"
+                        .into(),
+            },
+            created: None,
+        }];
+        let failed = status_of(&seen, &running(Some("16.4")));
+        let why = "Backup Job db-backup-1 failed: its container said: pg_dump: error: could not write: No space left on device";
+        assert_eq!(condition(&failed, LAST_BACKUP_SUCCEEDED).message, why);
+        // The Job deleted by retention: the condition keeps saying why.
+        seen.backups.clear();
+        let later = status(
+            &db(failed),
+            &seen,
+            &running(Some("16.4")),
+            None,
+            Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(condition(&later, LAST_BACKUP_SUCCEEDED).message, why);
     }
 }

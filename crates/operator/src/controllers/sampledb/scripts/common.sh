@@ -72,27 +72,38 @@ stop_private_server() {
 dump_to() {
     local partial=$1 target=$2 what=$3
     echo "$SCRIPT: dumping database $PGDATABASE to $partial"
-    pg_dump -w --format=custom --dbname "$PGDATABASE" --file "$partial" ||
-        fail "pg_dump of database $PGDATABASE failed (see the error above); no $what was written"
-    pg_restore --list "$partial" >/dev/null || fail "the dump $partial is not a readable archive; no $what was written"
+    noting_error pg_dump -w --format=custom --dbname "$PGDATABASE" --file "$partial" ||
+        fail "pg_dump of database $PGDATABASE failed: $FIRST_ERROR; no $what was written"
+    # pg_dump (15) can exit 0 having written nothing to a full volume: the free space says so.
+    if ! noting_error pg_restore --list "$partial" >/dev/null; then
+        local free
+        free=$(df -Pk "$(dirname "$partial")" | awk 'NR == 2 { print $4 }')
+        fail "the dump $partial is not a readable archive ($FIRST_ERROR; ${free:-?} KiB free on its volume); no $what was written"
+    fi
     chmod 0640 "$partial"
     mv -f "$partial" "$target"
     echo "$SCRIPT: done: wrote $target ($(wc -c <"$target") bytes)"
 }
 
+# noting_error COMMAND...: runs COMMAND (its stderr passed on); when it fails, FIRST_ERROR is its
+# first line that says "error" (else its exit status). A failure's message quotes it: it is what
+# the SampleDB's condition shows, where "the error above" cannot be read.
+noting_error() {
+    local errors status=0
+    errors=$(mktemp)
+    "$@" 2>"$errors" || status=$?
+    cat "$errors" >&2
+    FIRST_ERROR=$(grep -m1 -i 'error' "$errors" || echo "exit status $status")
+    rm -f "$errors"
+    return "$status"
+}
+
 # restore_into SOURCE [CONSEQUENCE]: restores the dump SOURCE into PGDATABASE (created empty
-# beforehand). A failure's message quotes pg_restore's first error: it is what the SampleDB's
-# condition shows, where "the error above" cannot be read.
+# beforehand).
 restore_into() {
     echo "$SCRIPT: restoring $1 into database $PGDATABASE"
-    local errors status=0 first
-    errors=$(mktemp)
-    pg_restore -w --exit-on-error --no-owner --dbname "$PGDATABASE" "$1" 2>"$errors" || status=$?
-    cat "$errors" >&2
-    first=$(grep -m1 -i 'error' "$errors" || true)
-    rm -f "$errors"
-    ((status == 0)) ||
-        fail "pg_restore of $1 into database $PGDATABASE failed: ${first:-exit status $status}${2:+; $2}"
+    noting_error pg_restore -w --exit-on-error --no-owner --dbname "$PGDATABASE" "$1" ||
+        fail "pg_restore of $1 into database $PGDATABASE failed: $FIRST_ERROR${2:+; $2}"
 }
 
 # SCRIPT's own part follows.
