@@ -227,8 +227,8 @@ async fn scaling_0_to_2000_creates_in_bounded_passes() {
 /// recovers on its own once Pods stop crashing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
-    use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
+    use testkit::watch::Watch;
 
     let ns = TestNamespace::new("appcluster-crash").await;
     let _operator = support::start(&ns, &[ControllerKind::Appcluster]).await;
@@ -244,28 +244,28 @@ async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
     // records each crashed Pod's name and creation time (whole seconds, set by the API server).
     let pods = ns.api::<Pod>();
     let crashed = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, i64)>::new()));
-    let crasher = tokio::spawn({
+    let events = watcher(
+        pods.clone(),
+        watcher::Config::default().labels("app=crashy"),
+    )
+    .default_backoff()
+    .applied_objects();
+    let crasher = Watch::spawn("the Pods app=crashy", events, {
         let (pods, crashed) = (pods.clone(), crashed.clone());
-        async move {
-            let crash = json!({ "metadata": {
-                "labels": { "pod-container-running-failed.stage.kwok.x-k8s.io": "true" },
-                "annotations": {
-                    "pod-container-running-failed.stage.kwok.x-k8s.io/delay": "0s",
-                    "pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay": "0s"
-                }
-            }});
-            let events = watcher(
-                pods.clone(),
-                watcher::Config::default().labels("app=crashy"),
-            )
-            .default_backoff()
-            .applied_objects();
-            futures::pin_mut!(events);
-            while let Some(Ok(pod)) = events.next().await {
+        move |pod: Pod| {
+            let (pods, crashed) = (pods.clone(), crashed.clone());
+            async move {
+                let crash = json!({ "metadata": {
+                    "labels": { "pod-container-running-failed.stage.kwok.x-k8s.io": "true" },
+                    "annotations": {
+                        "pod-container-running-failed.stage.kwok.x-k8s.io/delay": "0s",
+                        "pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay": "0s"
+                    }
+                }});
                 let name = pod.name_any();
                 let seen = crashed.lock().unwrap().iter().any(|(n, _)| *n == name);
                 if running_and_ready(&pod) && !seen {
-                    // Recorded once the patch is in: the crasher is aborted at any point, and a
+                    // Recorded once the patch is in: the crasher is stopped at any point, and a
                     // Pod recorded but never crashed would be taken for a crashed one left running.
                     pods.patch(&name, &PatchParams::default(), &Patch::Merge(&crash))
                         .await
@@ -280,11 +280,13 @@ async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
     eventually(
         std::time::Duration::from_secs(180),
         "five Pods crashed",
-        || async { (crashed.lock().unwrap().len() >= 5).then_some(()) },
+        || async {
+            crasher.assert_alive();
+            (crashed.lock().unwrap().len() >= 5).then_some(())
+        },
     )
     .await;
-    crasher.abort();
-    let _ = crasher.await;
+    crasher.stop().await;
     let crashed = crashed.lock().unwrap().clone();
 
     // The first replacement goes at once; each next one waits 1 s, 2 s, 4 s after the one before.

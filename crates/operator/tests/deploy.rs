@@ -537,6 +537,7 @@ fn namespace_edit_users_create_the_operators_kinds_and_view_users_only_read_them
         if expected || std::time::Instant::now() > deadline {
             break answers;
         }
+        // Between asks, under the deadline above; the asserts below read the last answers.
         std::thread::sleep(std::time::Duration::from_millis(500));
     };
     kubectl_ok(&["delete", "namespace", &namespace, "--wait=false"]);

@@ -245,6 +245,7 @@ async fn a_voting_member_is_added_started_and_removed() {
             Instant::now() < deadline,
             "the removed member is still running"
         );
+        // Between looks at the process, under the deadline above.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -313,6 +314,7 @@ async fn refusals_map_to_variants_a_controller_can_act_on() {
         .contains(&message.as_str()),
         "{message}"
     );
+    // Into the next second, for an ID of its own: nothing is watched.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let error = etcd
         .add_member(&endpoints, &learner, false)

@@ -27,7 +27,7 @@ use kube::api::{ListParams, PostParams};
 use support::etcd::{SLOW, Setup, Target, base64, converged, endpoints, get, patch_spec, put};
 use support::{condition, events, rejection};
 use testkit::member_runner::MemberRunner;
-use testkit::{TestNamespace, eventually, object};
+use testkit::{TestNamespace, eventually, object, stays_for};
 
 const CLUSTER: &str = "origin";
 const CONTROLLERS: &[ControllerKind] = &[ControllerKind::Etcdcluster, ControllerKind::Etcdbackup];
@@ -291,6 +291,7 @@ async fn periodic_backups_rotate_end_at_their_deadline_and_catch_up_once() {
     drop(operator);
     let skipped_before = backup_status(&ns, "periodic").await.skipped_schedules;
     let stopped_at = Timestamp::now();
+    // The downtime itself (three periods and more): nothing is watched.
     tokio::time::sleep(Duration::from_secs(13)).await;
     let restarted_at = Timestamp::now();
     let _operator = support::start(&ns, CONTROLLERS).await;
@@ -359,8 +360,21 @@ async fn a_backup_of_a_cluster_without_quorum_fails_clearly_and_backs_off() {
     assert!(!status.succeeded);
     let reason = status.reason.unwrap();
     assert!(reason.contains("no quorum"), "{reason}");
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    assert!(jobs(&s.ns, "lost").await.is_empty());
+    stays_for(
+        Duration::from_secs(20),
+        "no backup Job without a quorum",
+        || async {
+            let jobs: Vec<String> = jobs(&s.ns, "lost")
+                .await
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect();
+            jobs.is_empty()
+                .then_some(())
+                .ok_or(format!("backup Jobs: {jobs:?}"))
+        },
+    )
+    .await;
     let metrics = s.operator.metrics.encode().unwrap();
     let attempts: u64 = metrics
         .lines()
@@ -515,17 +529,20 @@ async fn a_restore_from_a_missing_snapshot_fails_once_and_says_so() {
             .filter(|run| run.container == "restore")
             .collect::<Vec<_>>()
     };
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let runs = restores();
-    assert_eq!(runs.len(), 1, "{runs:?}");
-    assert_ne!(runs[0].exit_code, 0);
-    assert_eq!(
-        support::etcd::pods(&Target::from(&s.ns), "broken")
-            .await
-            .len(),
-        1,
-        "the failed first member is kept for its message, and no other is started"
-    );
+    stays_for(
+        Duration::from_secs(10),
+        "one failed restore, its member kept for its message, and no other started",
+        || async {
+            let runs = restores();
+            let pods = support::etcd::pods(&Target::from(&s.ns), "broken")
+                .await
+                .len();
+            (runs.len() == 1 && runs[0].exit_code != 0 && pods == 1)
+                .then_some(())
+                .ok_or(format!("{pods} member Pods; restores: {runs:?}"))
+        },
+    )
+    .await;
 }
 
 /// Two EtcdBackups of one cluster, created together: both succeed, one after the other (one

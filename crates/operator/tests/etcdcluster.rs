@@ -26,7 +26,7 @@ use support::etcd::{
 };
 use support::{condition, events};
 use testkit::member_runner::MemberRunner;
-use testkit::{TestNamespace, eventually, kubectl_ok};
+use testkit::{TestNamespace, eventually, kubectl_ok, stays_for};
 
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -83,6 +83,7 @@ impl Writer {
                     } else {
                         writes.failed += 1;
                     }
+                    // The writer's pace: a write every 100 ms until stopped.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 writes.longest_gap = writes.longest_gap.max(last_ok.elapsed());
@@ -144,6 +145,7 @@ async fn the_seed_walkthrough_on_real_etcd() {
     );
 
     let writer = Writer::start(&s.ns, CLUSTER);
+    // Writes before the change too: a gap at its very start would show.
     tokio::time::sleep(Duration::from_secs(1)).await;
     // Step 8: the same manifest with size 2.
     let two = std::fs::read_to_string(SAMPLE)
@@ -230,6 +232,7 @@ async fn scaling_1_to_3_and_back_keeps_quorum_and_data() {
                         .count();
                     most_joining.fetch_max(joining, Ordering::Relaxed);
                 }
+                // The sampler's pace, until the scaling has converged.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -317,6 +320,7 @@ async fn a_dead_member_is_replaced_and_a_lost_quorum_is_left_alone() {
         .unwrap()
         .clone();
     let writer = Writer::start(&s.ns, CLUSTER);
+    // Writes before the kill too: a gap at its very start would show.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
         s.runner.kill(&victim.name),
@@ -350,12 +354,17 @@ async fn a_dead_member_is_replaced_and_a_lost_quorum_is_left_alone() {
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        s.operator.metrics.etcd_membership_operations(),
-        calls_before,
-        "membership calls were made without a quorum"
-    );
+    stays_for(
+        Duration::from_secs(10),
+        "no membership call without a quorum",
+        || async {
+            let calls = s.operator.metrics.etcd_membership_operations();
+            (calls == calls_before)
+                .then_some(())
+                .ok_or(format!("membership calls {calls_before:?} -> {calls:?}"))
+        },
+    )
+    .await;
     let available = condition(&status(&s.ns).await.conditions, "Available");
     assert_eq!(available.map(|a| a.0), Some("False".into()));
 }
@@ -373,17 +382,23 @@ async fn a_paused_cluster_is_only_observed() {
         serde_json::json!({ "paused": true, "size": 3 }),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        pods(&target, CLUSTER).await.len(),
-        1,
-        "a paused cluster got Pods"
-    );
-    assert_eq!(
-        members(&target, CLUSTER).await.unwrap().len(),
-        1,
-        "a paused cluster got members"
-    );
+    stays_for(
+        Duration::from_secs(10),
+        "a paused cluster keeps its one Pod and member",
+        || async {
+            let pods = pods(&target, CLUSTER).await.len();
+            if pods != 1 {
+                return Err(format!("a paused cluster got Pods: {pods}"));
+            }
+            let members = members(&target, CLUSTER)
+                .await
+                .ok_or("no member answered")?;
+            (members.len() == 1)
+                .then_some(())
+                .ok_or(format!("a paused cluster got members: {members:?}"))
+        },
+    )
+    .await;
     patch_spec(&s.ns, CLUSTER, serde_json::json!({ "paused": false })).await;
     converged(&s.ns, CLUSTER, 3).await;
 }
@@ -477,14 +492,21 @@ async fn skipping_a_minor_release_is_degraded_not_rolled_out() {
         message.contains("3.6.16") && message.contains("3.8.0"),
         "{message}"
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let pod = &pods(&target, CLUSTER).await[0];
-    assert_eq!(
-        pod.annotations().get("etcd.version").map(String::as_str),
-        Some("3.6.16"),
-        "the member was not touched"
-    );
-    assert_eq!(members(&target, CLUSTER).await.unwrap(), before);
+    stays_for(Duration::from_secs(3), "the member not touched", || async {
+        let versions: Vec<Option<String>> = pods(&target, CLUSTER)
+            .await
+            .iter()
+            .map(|pod| pod.annotations().get("etcd.version").cloned())
+            .collect();
+        if versions != [Some("3.6.16".to_owned())] {
+            return Err(format!("its Pod's version: {versions:?}"));
+        }
+        let members = members(&target, CLUSTER).await;
+        (members.as_ref() == Some(&before))
+            .then_some(())
+            .ok_or(format!("members {before:?} -> {members:?}"))
+    })
+    .await;
     assert!(status(&s.ns).await.target_version.as_deref() == Some("3.8.0"));
 }
 
@@ -540,6 +562,7 @@ async fn an_upgrade_rolls_one_member_at_a_time_without_a_write_gap() {
                     };
                     most_moving.fetch_max(moving, Ordering::Relaxed);
                 }
+                // The sampler's pace, until the upgrade has converged.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

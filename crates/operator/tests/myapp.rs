@@ -15,7 +15,6 @@ use std::time::Duration;
 use app_operator::api::MyApp;
 use app_operator::api::conditions::{DEGRADED, READY};
 use app_operator::manager::ControllerKind;
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
@@ -24,7 +23,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::{TIMEOUT, condition, rejection};
-use testkit::{TestNamespace, eventually, kubectl_ok, object};
+use testkit::watch::Watch;
+use testkit::{TestNamespace, eventually, kubectl_ok, object, settled, stays_for};
 
 fn my_app_json(name: &str, spec: serde_json::Value) -> serde_json::Value {
     json!({ "apiVersion": "example.com/v1", "kind": "MyApp", "metadata": { "name": name }, "spec": spec })
@@ -294,31 +294,31 @@ async fn enabling_autoscaling_keeps_the_current_replicas_until_the_hpa_acts() {
     // Every value of spec.replicas the Deployment takes from here on, from a synced watch.
     let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i32>::new()));
-    let watch = tokio::spawn({
+    let events = watcher(deployments.clone(), watcher::Config::default()).default_backoff();
+    let watch = Watch::spawn("the Deployments", events, {
         let seen = seen.clone();
-        let deployments = deployments.clone();
-        async move {
-            let mut synced = Some(synced_tx);
-            let events = watcher(deployments, watcher::Config::default()).default_backoff();
-            futures::pin_mut!(events);
-            while let Some(Ok(event)) = events.next().await {
-                match event {
-                    watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
-                        if let Some(replicas) = d.spec.and_then(|s| s.replicas) {
-                            seen.lock().unwrap().push(replicas);
-                        }
+        let mut synced = Some(synced_tx);
+        move |event| {
+            match event {
+                watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
+                    if let Some(replicas) = d.spec.and_then(|s| s.replicas) {
+                        seen.lock().unwrap().push(replicas);
                     }
-                    watcher::Event::InitDone => {
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    _ => {}
                 }
+                watcher::Event::InitDone => {
+                    if let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                _ => {}
             }
+            async {}
         }
     });
-    synced_rx.await.unwrap();
+    if synced_rx.await.is_err() {
+        // The sender went with the watch's handler: the watch stopped before it synced.
+        watch.assert_alive();
+    }
     let on = json!({ "spec": { "autoScaling": { "enabled": true, "minReplicas": 2, "maxReplicas": 10 } } });
     apps.patch("web", &PatchParams::default(), &Patch::Merge(&on))
         .await
@@ -329,7 +329,20 @@ async fn enabling_autoscaling_keeps_the_current_replicas_until_the_hpa_acts() {
     })
     .await;
     // The HPA controller syncs every 15 s: watch through more than one of its passes.
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    stays_for(
+        Duration::from_secs(20),
+        "spec.replicas never below 5 while the HPA takes over",
+        || async {
+            watch.alive()?;
+            let seen = seen.lock().unwrap();
+            if seen.is_empty() || seen.iter().any(|r| *r < 5) {
+                return Err(format!("spec.replicas took {seen:?}"));
+            }
+            Ok(())
+        },
+    )
+    .await;
+    watch.stop().await;
     let ours = deployments.get("web").await.unwrap();
     let fields = ours
         .managed_fields()
@@ -341,13 +354,6 @@ async fn enabling_autoscaling_keeps_the_current_replicas_until_the_hpa_acts() {
         !fields.contains("f:replicas"),
         "app-operator must not own spec.replicas while autoscaling: {fields}"
     );
-    {
-        let seen = seen.lock().unwrap();
-        assert!(
-            !seen.is_empty() && seen.iter().all(|r| *r >= 5),
-            "spec.replicas went below 5 while the HPA took over: {seen:?}"
-        );
-    }
 
     // Disabling autoscaling hands replicas back to the MyApp.
     let off = json!({ "spec": { "replicas": 3, "autoScaling": { "enabled": false, "maxReplicas": 10 } } });
@@ -356,7 +362,6 @@ async fn enabling_autoscaling_keeps_the_current_replicas_until_the_hpa_acts() {
         .unwrap();
     deployment_replicas(&deployments, "web", 3).await;
     wait_ready(&apps, "web", 3).await;
-    watch.abort();
 }
 
 /// Names a MyApp's Service or labels cannot carry are refused at apply, with the schema's message.
@@ -470,20 +475,50 @@ async fn a_child_refused_as_invalid_waits_for_a_change_of_the_myapp() {
     })
     .await;
     // The Deployment's own progress wakes the controller; it sends nothing for this MyApp.
-    tokio::time::sleep(Duration::from_secs(3)).await;
     let requests = || {
         ["GET", "POST", "PUT", "PATCH", "DELETE"]
             .map(|m| operator.metrics.api_requests(m))
             .iter()
             .sum::<u64>()
     };
-    let before = requests();
-    tokio::time::sleep(Duration::from_secs(15)).await;
-    assert_eq!(requests(), before, "requests while waiting for a change");
+    let before = settled(
+        TIMEOUT,
+        Duration::from_secs(3),
+        "the operator's requests for the failure",
+        || async { requests() },
+    )
+    .await;
+    stays_for(
+        Duration::from_secs(15),
+        "no request while the MyApp waits for a change",
+        || async {
+            let now = requests();
+            (now == before)
+                .then_some(())
+                .ok_or(format!("{} requests since", now - before))
+        },
+    )
+    .await;
 
     // The policy goes and the MyApp changes: it converges.
     kubectl_ok(&["delete", "-f", path.to_str().unwrap()]);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually(
+        TIMEOUT,
+        "the admission policy to admit Services again",
+        || async {
+            match services.create(&PostParams::default(), &probe).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(_) => return None,
+            }
+            services
+                .delete("refused-probe", &DeleteParams::default())
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
     apps.patch(
         "refused",
         &PatchParams::default(),
@@ -625,14 +660,20 @@ async fn an_unowned_deployment_equal_to_ours_is_not_taken_over() {
     assert_eq!(after.spec, before.spec);
     // Deployments count annotation changes as generations: our digest annotation came and went
     // once (the apply that found the object, and the release), and was not tried again.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let later = deployments.get("web").await.unwrap();
-    assert!(
-        later.metadata.generation <= before.metadata.generation.map(|g| g + 2),
-        "applied again and again: generation {:?} -> {:?}",
-        before.metadata.generation,
-        later.metadata.generation
-    );
+    stays_for(
+        Duration::from_secs(5),
+        "the Deployment at most 2 generations past its creation",
+        || async {
+            let later = deployments.get("web").await.map_err(|e| e.to_string())?;
+            (later.metadata.generation <= before.metadata.generation.map(|g| g + 2))
+                .then_some(())
+                .ok_or(format!(
+                    "applied again and again: generation {:?} -> {:?}",
+                    before.metadata.generation, later.metadata.generation
+                ))
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -647,8 +688,6 @@ async fn a_converged_myapp_causes_no_writes() {
     .await
     .unwrap();
     wait_ready(&apps, "web", 2).await;
-    // Let the last Deployment status updates settle before taking the baseline.
-    tokio::time::sleep(Duration::from_secs(3)).await;
 
     let versions = || async {
         (
@@ -665,39 +704,61 @@ async fn a_converged_myapp_causes_no_writes() {
                 .resource_version(),
         )
     };
-    let before = versions().await;
-    let deployment_before = ns.api::<Deployment>().get("web").await.unwrap();
     let writes = || {
         ["POST", "PUT", "PATCH", "DELETE"]
             .map(|m| operator.metrics.api_requests(m))
             .iter()
             .sum::<u64>()
     };
-    let (writes_before, reconciles_before) = (writes(), operator.metrics.reconciles("myapp"));
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    let after = versions().await;
-    let deployment_after = ns.api::<Deployment>().get("web").await.unwrap();
-    assert_eq!(
-        after,
-        before,
-        "(MyApp, Deployment, Service) resourceVersions changed while idle; Deployment before:\n{}\nafter:\n{}",
-        serde_json::to_string(&(
-            &deployment_before.metadata.managed_fields,
-            &deployment_before.status
-        ))
-        .unwrap(),
-        serde_json::to_string(&(
-            &deployment_after.metadata.managed_fields,
-            &deployment_after.status
-        ))
-        .unwrap(),
-    );
-    assert_eq!(writes(), writes_before, "the operator wrote while idle");
-    assert_eq!(
-        operator.metrics.reconciles("myapp"),
-        reconciles_before,
-        "the operator reconciled while idle"
-    );
+    // The last Deployment status updates land before the baseline is taken.
+    let (before, writes_before, reconciles_before) = settled(
+        TIMEOUT,
+        Duration::from_secs(3),
+        "the resourceVersions and the operator's writes and reconciles",
+        || async {
+            (
+                versions().await,
+                writes(),
+                operator.metrics.reconciles("myapp"),
+            )
+        },
+    )
+    .await;
+    let deployment_before = ns.api::<Deployment>().get("web").await.unwrap();
+    stays_for(
+        Duration::from_secs(60),
+        "no change, write or reconcile while idle",
+        || async {
+            let after = versions().await;
+            if after != before {
+                let deployment_after = ns.api::<Deployment>().get("web").await.unwrap();
+                return Err(format!(
+                    "(MyApp, Deployment, Service) resourceVersions {before:?} -> {after:?}; Deployment before:\n{}\nafter:\n{}",
+                    serde_json::to_string(&(
+                        &deployment_before.metadata.managed_fields,
+                        &deployment_before.status
+                    ))
+                    .unwrap(),
+                    serde_json::to_string(&(
+                        &deployment_after.metadata.managed_fields,
+                        &deployment_after.status
+                    ))
+                    .unwrap(),
+                ));
+            }
+            if writes() != writes_before {
+                return Err(format!("the operator wrote {} times", writes() - writes_before));
+            }
+            let reconciles = operator.metrics.reconciles("myapp");
+            (reconciles == reconciles_before)
+                .then_some(())
+                .ok_or(format!(
+                    "the operator reconciled {} times",
+                    reconciles - reconciles_before
+                ))
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -831,19 +892,19 @@ async fn a_myapp_deleted_in_the_foreground_is_not_rebuilt_while_it_goes() {
 
     // Every Deployment `web` that ever exists, by UID.
     let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
-    let recorder = {
-        let (seen, deployments) = (seen.clone(), ns.api::<Deployment>());
-        tokio::spawn(async move {
-            let config = watcher::Config::default().fields("metadata.name=web");
-            let mut events = std::pin::pin!(watcher(deployments, config).applied_objects());
-            while let Some(Ok(deployment)) = events.next().await {
-                seen.lock()
-                    .unwrap()
-                    .insert(deployment.uid().unwrap_or_default());
-            }
-        })
-    };
+    let config = watcher::Config::default().fields("metadata.name=web");
+    let events = watcher(ns.api::<Deployment>(), config).applied_objects();
+    let recorder = Watch::spawn("Deployment web", events, {
+        let seen = seen.clone();
+        move |deployment| {
+            seen.lock()
+                .unwrap()
+                .insert(deployment.uid().unwrap_or_default());
+            async {}
+        }
+    });
     eventually(TIMEOUT, "the watch to see the Deployment", || async {
+        recorder.assert_alive();
         (!seen.lock().unwrap().is_empty()).then_some(())
     })
     .await;
@@ -857,13 +918,19 @@ async fn a_myapp_deleted_in_the_foreground_is_not_rebuilt_while_it_goes() {
         apps.get_opt("web").await.ok()?.is_none().then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    recorder.abort();
-    assert_eq!(
-        seen.lock().unwrap().len(),
-        1,
-        "the Deployment was re-created while its MyApp was being deleted"
-    );
+    stays_for(
+        Duration::from_secs(2),
+        "the Deployment not re-created while its MyApp was being deleted",
+        || async {
+            recorder.alive()?;
+            let seen = seen.lock().unwrap();
+            (seen.len() == 1)
+                .then_some(())
+                .ok_or(format!("Deployments web by UID: {seen:?}"))
+        },
+    )
+    .await;
+    recorder.stop().await;
     assert!(
         ns.api::<Deployment>()
             .get_opt("web")

@@ -25,7 +25,7 @@ use serde_json::json;
 use support::TIMEOUT;
 use support::process::{OperatorProcess, get};
 use testkit::proxy::{Fault, FaultProxy};
-use testkit::{TestNamespace, eventually, kubectl_ok, object};
+use testkit::{TestNamespace, eventually, kubectl_ok, object, stays_for};
 
 fn my_app(name: &str) -> MyApp {
     object(
@@ -111,42 +111,39 @@ async fn probes_metrics_and_scope_flags_of_a_process_running_as_a_service_accoun
             .unwrap()
             .is_some()
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        other
-            .api::<MyApp>()
-            .get("not-mine")
-            .await
-            .unwrap()
-            .status
-            .is_none(),
-        "reconciled outside --watch-namespace"
-    );
-    assert!(
-        other
-            .api::<Deployment>()
-            .get_opt("not-mine")
-            .await
-            .unwrap()
-            .is_none()
-    );
-    assert!(
-        ns.api::<AppCluster>()
-            .get("c")
-            .await
-            .unwrap()
-            .status
-            .is_none(),
-        "AppCluster reconciled with --controllers=myapp"
-    );
-    assert!(
-        ns.api::<Pod>()
-            .list(&ListParams::default().labels("app=c"))
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    stays_for(
+        Duration::from_secs(3),
+        "nothing reconciled outside --watch-namespace or --controllers",
+        || async {
+            let not_mine = other.api::<MyApp>().get("not-mine").await.unwrap();
+            if not_mine.status.is_some() {
+                return Err("reconciled outside --watch-namespace".into());
+            }
+            if other
+                .api::<Deployment>()
+                .get_opt("not-mine")
+                .await
+                .unwrap()
+                .is_some()
+            {
+                return Err("a Deployment outside --watch-namespace".into());
+            }
+            let cluster = ns.api::<AppCluster>().get("c").await.unwrap();
+            if cluster.status.is_some() {
+                return Err("AppCluster reconciled with --controllers=myapp".into());
+            }
+            let pods = ns
+                .api::<Pod>()
+                .list(&ListParams::default().labels("app=c"))
+                .await
+                .unwrap();
+            pods.items
+                .is_empty()
+                .then_some(())
+                .ok_or("Pods of the AppCluster with --controllers=myapp".into())
+        },
+    )
+    .await;
 
     // /metrics: Prometheus text with controller-runtime's names, counting what happened.
     let (code, text) = get(operator.metrics, "/metrics").await.unwrap();
@@ -702,19 +699,26 @@ async fn an_appcluster_survives_five_sigkills_without_a_pod_too_many() {
             (reconciles >= 1.0).then_some(())
         })
         .await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let (_, body) = get(operator.metrics, "/metrics").await.unwrap();
-        let requests = app_operator::telemetry::metrics::requests_by_method(&body);
-        assert_eq!(
-            requests.get("POST").copied().unwrap_or(0),
-            0,
-            "restart {restart}: the operator created something; requests {requests:?}; log:\n{}",
-            operator.log()
-        );
-        assert!(
-            count.most() <= 50,
-            "restart {restart}: {} Pods existed at once for size 50",
-            count.most()
-        );
+        stays_for(
+            Duration::from_secs(2),
+            &format!("restart {restart}: no create, and never more than 50 Pods"),
+            || async {
+                let (_, body) = get(operator.metrics, "/metrics")
+                    .await
+                    .ok_or("no answer from /metrics")?;
+                let requests = app_operator::telemetry::metrics::requests_by_method(&body);
+                if requests.get("POST").copied().unwrap_or(0) != 0 {
+                    return Err(format!(
+                        "the operator created something; requests {requests:?}; log:\n{}",
+                        operator.log()
+                    ));
+                }
+                let most = count.most();
+                (most <= 50)
+                    .then_some(())
+                    .ok_or(format!("{most} Pods existed at once for size 50"))
+            },
+        )
+        .await;
     }
 }

@@ -18,7 +18,7 @@ use app_operator::manager::ControllerKind;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::ListParams;
 use support::TIMEOUT;
-use testkit::{TestNamespace, eventually, kubectl_ok};
+use testkit::{TestNamespace, eventually, kubectl_ok, settled, stays_for};
 
 const CONTROLLERS: [ControllerKind; 3] = [
     ControllerKind::Myapp,
@@ -77,16 +77,13 @@ async fn a_restarted_operator_records_no_event_for_what_did_not_change() {
             .then_some(())
     })
     .await;
-    // Settled: the events stop changing.
-    let mut before = events(&ns).await;
-    loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = events(&ns).await;
-        if now == before {
-            break;
-        }
-        before = now;
-    }
+    let before = settled(
+        TIMEOUT,
+        Duration::from_secs(2),
+        "the first operator's events",
+        || events(&ns),
+    )
+    .await;
     assert!(
         before.iter().any(|(reason, ..)| reason == "Created")
             && before.iter().any(|(reason, ..)| reason == "Observed"),
@@ -102,6 +99,15 @@ async fn a_restarted_operator_records_no_event_for_what_did_not_change() {
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(events(&ns).await, before, "events after the restart");
+    stays_for(
+        Duration::from_secs(3),
+        "no event after the restart",
+        || async {
+            let now = events(&ns).await;
+            (now == before)
+                .then_some(())
+                .ok_or(format!("events {before:?} -> {now:?}"))
+        },
+    )
+    .await;
 }

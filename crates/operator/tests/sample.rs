@@ -17,7 +17,7 @@ use app_operator::manager::ControllerKind;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::ListParams;
 use support::TIMEOUT;
-use testkit::{TestNamespace, eventually, kubectl_ok};
+use testkit::{TestNamespace, eventually, kubectl_ok, settled, stays_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tutorials_sample_applies_shows_its_column_and_is_watched_not_polled() {
@@ -54,21 +54,32 @@ async fn the_tutorials_sample_applies_shows_its_column_and_is_watched_not_polled
     );
 
     // Idle: no reconcile and no request at all (the tutorial's controller listed every second).
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let requests = || {
         ["GET", "POST", "PUT", "PATCH", "DELETE"]
             .map(|m| operator.metrics.api_requests(m))
             .iter()
             .sum::<u64>()
     };
-    let (requests_before, reconciles_before) = (requests(), operator.metrics.reconciles("sample"));
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        requests(),
-        requests_before,
-        "API requests while nothing changed"
-    );
-    assert_eq!(operator.metrics.reconciles("sample"), reconciles_before);
+    let counts = || async { (requests(), operator.metrics.reconciles("sample")) };
+    let before = settled(
+        TIMEOUT,
+        Duration::from_secs(2),
+        "the first reconcile's requests",
+        counts,
+    )
+    .await;
+    let reconciles_before = before.1;
+    stays_for(
+        Duration::from_secs(10),
+        "no API request and no reconcile while nothing changes",
+        || async {
+            let now = counts().await;
+            (now == before)
+                .then_some(())
+                .ok_or(format!("(requests, reconciles) {before:?} -> {now:?}"))
+        },
+    )
+    .await;
 
     // A change is seen at once, through the watch: one more reconcile, and one more occurrence of
     // the event (a second Event, or a series count of 2 where the recorder aggregated them).
@@ -99,12 +110,17 @@ async fn the_tutorials_sample_applies_shows_its_column_and_is_watched_not_polled
         (operator.metrics.reconciles("sample") >= reconciles_before + 2).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        operator.metrics.reconciles("sample"),
-        reconciles_before + 2,
-        "one reconcile for the change, one for its status write"
-    );
+    stays_for(
+        Duration::from_secs(2),
+        "one reconcile for the change, one for its status write",
+        || async {
+            let reconciles = operator.metrics.reconciles("sample") - reconciles_before;
+            (reconciles == 2)
+                .then_some(())
+                .ok_or(format!("{reconciles} reconciles since the change"))
+        },
+    )
+    .await;
     let sample = ns
         .api::<app_operator::api::Sample>()
         .get("sample-resource-1")

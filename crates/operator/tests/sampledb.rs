@@ -26,7 +26,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use serde_json::{Value, json};
 use support::{TIMEOUT, condition, events};
-use testkit::{TestNamespace, eventually, kubectl, kubectl_ok, object};
+use testkit::{TestNamespace, eventually, kubectl, kubectl_ok, object, settled, stays_for};
 
 const FAIL_LABEL: &str = "pod-container-running-failed.stage.kwok.x-k8s.io";
 const DELAY_ANNOTATION: &str = "pod-complete.stage.kwok.x-k8s.io/delay";
@@ -218,8 +218,13 @@ async fn a_new_database_gets_its_volumes_then_its_init_job_and_settles() {
     }
 
     // Converged: a reconcile (an annotation triggers one) writes nothing.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = writes(&operator);
+    let before = settled(
+        TIMEOUT,
+        Duration::from_secs(2),
+        "the operator's writes",
+        || async { writes(&operator) },
+    )
+    .await;
     let reconciles = operator.metrics.reconciles("sampledb");
     ns.api::<SampleDB>()
         .patch(
@@ -233,12 +238,17 @@ async fn a_new_database_gets_its_volumes_then_its_init_job_and_settles() {
         (operator.metrics.reconciles("sampledb") > reconciles).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        writes(&operator),
-        before,
-        "a converged SampleDB was written to"
-    );
+    stays_for(
+        Duration::from_secs(1),
+        "no write to a converged SampleDB",
+        || async {
+            let now = writes(&operator);
+            (now == before)
+                .then_some(())
+                .ok_or(format!("{} writes", now - before))
+        },
+    )
+    .await;
 }
 
 /// An init Job that fails → Degraded/InitJobFailed, a Warning, phase Failed, no backups; fixed
@@ -263,8 +273,21 @@ async fn a_failed_init_is_degraded_without_backups_and_recovers() {
         status(&ns, "db").await.phase,
         app_operator::api::sampledb::SampleDBPhase::Failed
     );
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(jobs(&ns, "db", "backup").await.is_empty(), "backups ran");
+    stays_for(
+        Duration::from_secs(5),
+        "no backup of an uninitialized database",
+        || async {
+            let backups = jobs(&ns, "db", "backup").await;
+            backups.is_empty().then_some(()).ok_or(format!(
+                "backups ran: {:?}",
+                backups
+                    .iter()
+                    .map(ResourceExt::name_any)
+                    .collect::<Vec<_>>()
+            ))
+        },
+    )
+    .await;
     let events = events(&ns).await;
     assert!(events.contains("Warning InitJobFailed"), "{events}");
 
@@ -373,14 +396,31 @@ async fn backups_run_on_schedule_are_trimmed_and_suspend() {
     .await;
 
     patch_spec(&ns, "db", json!({ "backup": { "suspend": true } })).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Reconciles of one object run one at a time: once the status shows the suspend, any Job
+    // made before it exists.
+    eventually(TIMEOUT, "the suspend observed", || async {
+        let db = ns.api::<SampleDB>().get("db").await.ok()?;
+        let status = db.status?;
+        (status.observed_generation == db.metadata.generation
+            && status.backup.next_schedule_time.is_none())
+        .then_some(())
+    })
+    .await;
     let names =
         |jobs: Vec<Job>| -> Vec<String> { jobs.iter().map(ResourceExt::name_any).collect() };
     let before = names(jobs(&ns, "db", "backup").await);
-    tokio::time::sleep(Duration::from_secs(11)).await;
-    let after = names(jobs(&ns, "db", "backup").await);
-    let new: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
-    assert!(new.is_empty(), "suspended, yet new backups: {new:?}");
+    stays_for(
+        Duration::from_secs(11),
+        "no new backup while suspended",
+        || async {
+            let after = names(jobs(&ns, "db", "backup").await);
+            let new: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
+            new.is_empty()
+                .then_some(())
+                .ok_or(format!("suspended, yet new backups: {new:?}"))
+        },
+    )
+    .await;
 }
 
 /// A backup that hangs never overlaps the next one; it fails at its deadline, which is reported
@@ -411,6 +451,7 @@ async fn a_hung_backup_times_out_without_overlap() {
             .filter(|j| finished(j) == Some("Failed"))
             .count()
             .max(failed);
+        // Samples the Jobs through the whole 16 s; the asserts below need all of them.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(most_running, 1, "backups overlapped (or none ran)");
@@ -458,19 +499,29 @@ async fn a_restarted_operator_catches_up_once_and_adopts_the_ticks_job() {
     })
     .await;
     drop(operator);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let before = status(&ns, "db").await;
-    let before_jobs: Vec<String> = jobs(&ns, "db", "backup")
-        .await
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
+    // What the stopped operator had in flight lands before the baseline.
+    let (before, before_jobs) = settled(
+        TIMEOUT,
+        Duration::from_secs(1),
+        "the status and Jobs of the stopped operator",
+        || async {
+            let jobs: Vec<String> = jobs(&ns, "db", "backup")
+                .await
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect();
+            (status(&ns, "db").await, jobs)
+        },
+    )
+    .await;
 
-    // Down for three ticks; come back 1 s after a tick, whose Job already exists.
+    // Down for three ticks; come back 1 s after a tick, whose Job already exists. The sleeps are
+    // the downtime itself: nothing is watched.
     tokio::time::sleep(Duration::from_secs(15)).await;
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let tick = (now / 5 + 1) * 5;
     let wait = u64::try_from((tick + 1 - now).max(0)).unwrap();
+    // To 1 s after the next tick.
     tokio::time::sleep(Duration::from_secs(wait)).await;
     let tick = k8s_openapi::jiff::Timestamp::from_second(tick).unwrap();
     let job_name = format!("db-backup-{}", tick.strftime("%Y%m%d-%H%M%S"));
@@ -762,11 +813,18 @@ async fn a_failed_or_hung_snapshot_blocks_deletion_until_the_policy_says_delete(
                 && message.contains(r#"{"spec":{"deletion":{"policy":"Delete"}}}"#),
             "{message}"
         );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert!(
-            dbs.get_opt(name).await.unwrap().is_some(),
-            "{name} went without a snapshot"
-        );
+        stays_for(
+            Duration::from_secs(2),
+            &format!("{name} kept while its snapshot did not succeed"),
+            || async {
+                dbs.get_opt(name)
+                    .await
+                    .unwrap()
+                    .map(|_| ())
+                    .ok_or(format!("{name} went without a snapshot"))
+            },
+        )
+        .await;
         let events = events(&ns).await;
         assert!(events.contains(&format!("Warning {reason}")), "{events}");
     }
@@ -805,6 +863,7 @@ async fn deleting_its_namespace_is_not_held_by_the_snapshot_finalizer() {
             "the namespace is still there after 60 s"
         );
         snapshot_admitted |= !jobs(&ns, "db", "final-snapshot").await.is_empty();
+        // Between looks at the namespace and the snapshot Job, under the deadline above.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let text = operator.metrics.encode().unwrap();

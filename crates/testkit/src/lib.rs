@@ -4,6 +4,8 @@
 //! It never skips: without a control plane every test fails, saying how to get one.
 //!
 //! Its helpers are assertions: where they `panic!`, the test calling them fails with the reason.
+//! A wait is [`eventually`] (or [`settled`], for a baseline); that nothing happens for a while
+//! is [`stays_for`], which looks throughout the period, never a sleep and one look at the end.
 //! Nothing here is linked into the operator (a dev-dependency); `make run` uses only
 //! [`member_runner`] and [`postgres::Binaries`], whose paths return errors instead.
 
@@ -15,6 +17,7 @@ pub mod node_process;
 pub mod postgres;
 pub mod proxy;
 pub mod sql_store;
+pub mod watch;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -236,7 +239,171 @@ where
     }
 }
 
+/// How often [`stays_for`] and [`settled`] look.
+const POLL: Duration = Duration::from_millis(250);
+
+/// Asserts that `check` holds throughout `period`: it is run at once, then every 250 ms until
+/// the period is over, and the first `Err` fails the test with `what` (the invariant) and what
+/// the check saw. A passing run prints what was watched, and how many times.
+pub async fn stays_for<F, Fut>(period: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let start = Instant::now();
+    let mut checks = 0;
+    loop {
+        checks += 1;
+        if let Err(seen) = check().await {
+            panic!(
+                "{what}: broken {:?} into {period:?} (check {checks}): {seen}",
+                start.elapsed()
+            );
+        }
+        let left = period.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            break;
+        }
+        tokio::time::sleep(POLL.min(left)).await;
+    }
+    println!("held for {period:?} ({checks} checks): {what}");
+}
+
+/// Polls `probe` every 250 ms until it has returned the same value for `quiet`, and returns that
+/// value; fails the test if it still changes after `timeout`. For a baseline taken once what was
+/// in flight has landed; that nothing changes afterwards is [`stays_for`].
+pub async fn settled<T, F, Fut>(timeout: Duration, quiet: Duration, what: &str, mut probe: F) -> T
+where
+    T: PartialEq + std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut value = probe().await;
+    let mut since = Instant::now();
+    while since.elapsed() < quiet {
+        assert!(
+            Instant::now() < deadline,
+            "{what} still changed after {timeout:?} (waited for {quiet:?} without a change); last: {value:?}"
+        );
+        tokio::time::sleep(POLL).await;
+        let now = probe().await;
+        if now != value {
+            (value, since) = (now, Instant::now());
+        }
+    }
+    value
+}
+
 /// Builds a typed object from JSON (test fixtures read best as the YAML users write).
 pub fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
     serde_json::from_value(value).unwrap_or_else(|e| panic!("fixture does not deserialize: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The panic message of a test helper run in a task of its own.
+    async fn failure(task: tokio::task::JoinHandle<()>) -> String {
+        let error = task.await.expect_err("the helper passed");
+        let payload = error.into_panic();
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn stays_for_fails_at_the_first_broken_check_naming_it() {
+        let started = Instant::now();
+        let task = tokio::spawn(async {
+            let mut checks = 0;
+            stays_for(Duration::from_secs(5), "the count stays below 3", || {
+                checks += 1;
+                let seen = checks;
+                async move {
+                    if seen < 3 {
+                        Ok(())
+                    } else {
+                        Err(format!("count {seen}"))
+                    }
+                }
+            })
+            .await;
+        });
+        let message = failure(task).await;
+        assert!(
+            message.starts_with("the count stays below 3: broken ")
+                && message.ends_with("into 5s (check 3): count 3"),
+            "{message}"
+        );
+        // Midway, not at the end of the period: the third check comes after about 500 ms.
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn stays_for_checks_throughout_the_period() {
+        let mut checks = 0;
+        let started = Instant::now();
+        stays_for(Duration::from_secs(1), "nothing", || {
+            checks += 1;
+            async { Ok(()) }
+        })
+        .await;
+        assert!(started.elapsed() >= Duration::from_secs(1));
+        // At 0, 250, 500, 750 and 1000 ms.
+        assert!((4..=6).contains(&checks), "{checks} checks");
+    }
+
+    #[tokio::test]
+    async fn settled_returns_the_value_once_it_stops_changing() {
+        let mut probes = 0;
+        let started = Instant::now();
+        let value = settled(
+            Duration::from_secs(5),
+            Duration::from_millis(500),
+            "the count",
+            || {
+                probes += 1;
+                let value = probes.min(4);
+                async move { value }
+            },
+        )
+        .await;
+        assert_eq!(value, 4);
+        assert!(
+            started.elapsed() >= Duration::from_millis(1250),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn settled_fails_when_the_value_never_settles() {
+        let task = tokio::spawn(async {
+            let mut probes = 0;
+            settled(
+                Duration::from_secs(1),
+                Duration::from_millis(500),
+                "the count",
+                || {
+                    probes += 1;
+                    let value = probes;
+                    async move { value }
+                },
+            )
+            .await;
+        });
+        let message = failure(task).await;
+        assert!(
+            message.starts_with("the count still changed after 1s"),
+            "{message}"
+        );
+    }
 }

@@ -60,6 +60,7 @@ impl OwnCluster {
     /// until it serves; returns when it was back.
     pub async fn restart(&self, component: &str, how: Stop, down: Duration) -> Instant {
         Cluster::stop_component(&self.layout, component, how).unwrap();
+        // The downtime the test asked for: nothing is watched.
         tokio::time::sleep(down).await;
         Cluster::start_component(&self.layout, component, Duration::from_secs(120))
             .await

@@ -184,10 +184,11 @@ pub fn condition(
 
 /// Counts the Pods matching a label selector that exist and are not terminating, from a watch
 /// that has synced before [`PodCount::start`] returns: the most seen at once, and the fewest
-/// since the last [`PodCount::reset_fewest`].
+/// since the last [`PodCount::reset_fewest`]. Reading either fails the test if the watch failed
+/// or ended since: a count with a gap proves nothing.
 pub struct PodCount {
     state: Arc<std::sync::Mutex<PodCountState>>,
-    task: tokio::task::JoinHandle<()>,
+    watch: testkit::watch::Watch,
 }
 
 #[derive(Default)]
@@ -199,58 +200,59 @@ struct PodCountState {
 
 impl PodCount {
     pub async fn start(pods: Api<k8s_openapi::api::core::v1::Pod>, selector: &str) -> PodCount {
-        use futures::StreamExt;
         use kube::ResourceExt;
         use kube::runtime::{WatchStreamExt, watcher};
         let state = Arc::new(std::sync::Mutex::new(PodCountState::default()));
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn({
+        let events = watcher(pods, watcher::Config::default().labels(selector)).default_backoff();
+        let watch = testkit::watch::Watch::spawn(&format!("the Pods {selector}"), events, {
             let state = state.clone();
-            let config = watcher::Config::default().labels(selector);
-            async move {
-                let mut synced = Some(synced_tx);
-                let events = watcher(pods, config).default_backoff();
-                futures::pin_mut!(events);
-                while let Some(Ok(event)) = events.next().await {
-                    let mut state = state.lock().unwrap();
-                    match event {
-                        watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
-                            if pod.metadata.deletion_timestamp.is_some() {
-                                state.live.remove(&pod.name_any());
-                            } else {
-                                state.live.insert(pod.name_any());
-                            }
-                        }
-                        watcher::Event::Delete(pod) => {
+            let mut synced = Some(synced_tx);
+            move |event| {
+                let mut state = state.lock().unwrap();
+                match event {
+                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                        if pod.metadata.deletion_timestamp.is_some() {
                             state.live.remove(&pod.name_any());
+                        } else {
+                            state.live.insert(pod.name_any());
                         }
-                        watcher::Event::InitDone => {
-                            if let Some(tx) = synced.take() {
-                                let _ = tx.send(());
-                            }
-                        }
-                        watcher::Event::Init => {}
                     }
-                    let live = state.live.len();
-                    state.most = state.most.max(live);
-                    state.fewest = Some(state.fewest.map_or(live, |f| f.min(live)));
+                    watcher::Event::Delete(pod) => {
+                        state.live.remove(&pod.name_any());
+                    }
+                    watcher::Event::InitDone => {
+                        if let Some(tx) = synced.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    watcher::Event::Init => {}
                 }
+                let live = state.live.len();
+                state.most = state.most.max(live);
+                state.fewest = Some(state.fewest.map_or(live, |f| f.min(live)));
+                async {}
             }
         });
-        tokio::time::timeout(TIMEOUT, synced_rx)
+        let synced = tokio::time::timeout(TIMEOUT, synced_rx)
             .await
-            .expect("the Pod watch to sync")
-            .expect("the Pod watch task");
-        PodCount { state, task }
+            .expect("the Pod watch to sync");
+        if synced.is_err() {
+            // The sender went with the watch's handler: the watch stopped before it synced.
+            watch.assert_alive();
+        }
+        PodCount { state, watch }
     }
 
     /// The most non-terminating Pods seen at once.
     pub fn most(&self) -> usize {
+        self.watch.assert_alive();
         self.state.lock().unwrap().most
     }
 
     /// The fewest non-terminating Pods seen since the last reset.
     pub fn fewest(&self) -> usize {
+        self.watch.assert_alive();
         let state = self.state.lock().unwrap();
         state.fewest.unwrap_or(state.live.len())
     }
@@ -258,11 +260,5 @@ impl PodCount {
     pub fn reset_fewest(&self) {
         let mut state = self.state.lock().unwrap();
         state.fewest = Some(state.live.len());
-    }
-}
-
-impl Drop for PodCount {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }

@@ -63,6 +63,7 @@ impl OperatorProcess {
                 "the operator did not log its ports:\n{}",
                 process.log()
             );
+            // Between reads of the log, under the deadline above.
             std::thread::sleep(Duration::from_millis(50));
         }
     }
