@@ -535,6 +535,17 @@ async fn member_ids(store: &testkit::etcd_store::EtcdStore) -> BTreeMap<String, 
     .await
 }
 
+/// An EtcdCluster spec of `size` members on etcd 3.6.16 whose data is on PersistentVolumeClaims.
+fn on_volumes(size: i64) -> serde_json::Value {
+    json!({
+        "size": size, "version": "3.6.16",
+        "pod": { "persistentVolumeClaimSpec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": { "requests": { "storage": "1Gi" } }
+        }}
+    })
+}
+
 /// The member Pods of EtcdCluster `name` by name: their uid, and whether they are Ready.
 async fn member_pods(ns: &TestNamespace, name: &str) -> BTreeMap<String, (String, bool)> {
     let pods = ns
@@ -1549,6 +1560,47 @@ mod long {
         delete_sampledb(&ns, name);
         drop(small);
     }
+
+    /// A member's PersistentVolumeClaim deleted under writes (kept by its Pod meanwhile): the
+    /// member, whose data is going, is replaced while the others hold a quorum; the new member
+    /// gets a claim of its own, and every acknowledged write is kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_member_whose_claim_is_deleted_is_replaced_and_every_write_kept() {
+        use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+        let ns = TestNamespace::new("real-etcd-claim").await;
+        let name = "claimed";
+        let (store, writers) = etcd_with_writers(&ns, name, on_volumes(3), "claimed/").await;
+        let victim = etcd_members_leader_first(&ns, name)
+            .await
+            .remove(1)
+            .name_any();
+        kubectl_ok(&["delete", "pvc", &victim, "-n", &ns.name, "--wait=false"]);
+        eventually(
+            Duration::from_secs(300),
+            &format!("{victim} replaced by a member with a claim of its own"),
+            || async {
+                let ids = member_ids(&store).await;
+                let claims = ns.api::<PersistentVolumeClaim>();
+                let claims: Vec<String> = claims
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .iter()
+                    .map(|c| c.name_any())
+                    .collect();
+                let replaced = !ids.contains_key(&victim)
+                    && !claims.contains(&victim)
+                    && ids.len() == 3
+                    && ids.keys().all(|member| claims.contains(member));
+                replaced.then_some(())
+            },
+        )
+        .await;
+        etcd_settled(&ns, name, 3).await;
+        read_back(&store, writers, "claimed/", "etcd member's claim deleted").await;
+    }
 }
 
 /// A small filesystem (tmpfs) mounted over a directory of the node, unmounted when dropped.
@@ -1591,13 +1643,7 @@ mod node_restart {
     async fn after_a_node_restart_members_on_volumes_come_back_and_those_on_empty_dir_say_restore()
     {
         let ns = TestNamespace::new("real-node-restart").await;
-        let on_volumes = json!({
-            "size": 3, "version": "3.6.16",
-            "pod": { "persistentVolumeClaimSpec": {
-                "accessModes": ["ReadWriteOnce"],
-                "resources": { "requests": { "storage": "1Gi" } }
-            }}
-        });
+
         apply(
             &ns,
             &json!({
@@ -1605,7 +1651,7 @@ mod node_restart {
                 "metadata": { "name": "ephemeral" }, "spec": { "size": 1, "version": "3.6.16" }
             }),
         );
-        let (store, writers) = etcd_with_writers(&ns, "durable", on_volumes, "durable/").await;
+        let (store, writers) = etcd_with_writers(&ns, "durable", on_volumes(3), "durable/").await;
         etcd_settled(&ns, "ephemeral", 1).await;
         let ids = member_ids(&store).await;
         let pods_before = member_pods(&ns, "durable").await;

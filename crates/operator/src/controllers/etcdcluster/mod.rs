@@ -101,14 +101,21 @@ impl Reconciler for EtcdClusterReconciler {
 
         let mut outcome = self.apply_children(context, uid).await;
 
-        let claims: Vec<String> = controlled(&self.claims, namespace, uid)
+        let (deleting, claims): (Vec<_>, Vec<_>) = controlled(&self.claims, namespace, uid)
             .iter()
-            .filter(|claim| claim.metadata.deletion_timestamp.is_none())
-            .map(|claim| claim.name_any())
-            .collect();
+            .map(|claim| {
+                (
+                    claim.name_any(),
+                    claim.metadata.deletion_timestamp.is_some(),
+                )
+            })
+            .partition(|(_, deleting)| *deleting);
+        let names = |claims: Vec<(String, bool)>| claims.into_iter().map(|(name, _)| name);
+        let (deleting, claims): (Vec<String>, Vec<String>) =
+            (names(deleting).collect(), names(claims).collect());
         let pods: Vec<MemberPod> = controlled(&self.pods, namespace, uid)
             .iter()
-            .map(|pod| member_pod(pod, &claims))
+            .map(|pod| member_pod(pod, &claims, &deleting))
             .collect();
         let endpoints = self.endpoints(context, &pods);
         let observed = Observed {
@@ -176,14 +183,18 @@ fn restored_from(pod: &Pod) -> Option<RestoreStatus> {
 }
 
 /// A member Pod as the plan sees it.
-fn member_pod(pod: &Pod, claims: &[String]) -> MemberPod {
+/// A member Pod as the plan sees it; `claims` and `deleting` are the data claims that stay and
+/// those being deleted.
+fn member_pod(pod: &Pod, claims: &[String], deleting: &[String]) -> MemberPod {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let claim = children::data_claim(pod);
     MemberPod {
         name: pod.name_any(),
         dead: matches!(phase, Some("Failed" | "Succeeded")),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         version: pod_version(pod),
-        keeps_data: children::data_claim(pod).is_some_and(|claim| claims.contains(&claim)),
+        keeps_data: claim.as_ref().is_some_and(|claim| claims.contains(claim)),
+        losing_data: claim.is_some_and(|claim| deleting.contains(&claim)),
     }
 }
 

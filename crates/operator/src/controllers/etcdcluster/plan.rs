@@ -21,6 +21,8 @@ pub struct MemberPod {
     pub version: Option<Version>,
     /// Its data directory is on its claim (which exists): a new Pod of the same name starts on it.
     pub keeps_data: bool,
+    /// Its claim is being deleted: once the Pod goes, so does its data.
+    pub losing_data: bool,
 }
 
 impl MemberPod {
@@ -246,11 +248,12 @@ pub fn plan(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
         };
         return plan(Some(step), blocked_upgrade);
     }
+    // A member whose claim is being deleted is replaced as a dead one: its data is going.
     let is_dead = |m: &Member| {
         m.pod
             .as_deref()
             .and_then(pod)
-            .is_none_or(|p| p.dead || p.terminating)
+            .is_none_or(|p| p.dead || p.terminating || p.losing_data)
     };
     // 3. Learners that have started.
     if let Some(learner) = etcd
@@ -434,6 +437,7 @@ mod tests {
             terminating: false,
             version: Some(v("3.6.16")),
             keeps_data: false,
+            losing_data: false,
         }
     }
 
@@ -708,6 +712,23 @@ mod tests {
             step(&desired(1), &seen),
             Some(Step::DeletePod {
                 pod: "removed".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_member_whose_claim_is_being_deleted_is_replaced_while_quorum_holds() {
+        let losing = MemberPod {
+            losing_data: true,
+            ..pod("c")
+        };
+        let members = vec![member(1, "a"), member(2, "b"), member(3, "c")];
+        let seen = observed(vec![pod("a"), pod("b"), losing], members);
+        assert_eq!(
+            step(&desired(3), &seen),
+            Some(Step::ReplaceDead {
+                id: 3,
+                name: "c".into()
             })
         );
     }

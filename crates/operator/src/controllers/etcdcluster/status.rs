@@ -292,6 +292,7 @@ mod tests {
                     terminating: false,
                     version: Version::parse("3.6.16"),
                     keeps_data: false,
+                    losing_data: false,
                 })
                 .collect(),
             etcd: Some(Membership {
