@@ -30,6 +30,12 @@ use crate::validation::LABEL_VALUE_NAME_RULE;
         json_path = ".status.conditions[?(@.type==\"Ready\")].message"
     ),
     printcolumn(
+        name = "Selector",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.selector"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
