@@ -27,6 +27,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 async fn cache(ns: &TestNamespace) -> (Store<ConfigMap>, tokio::task::JoinHandle<()>) {
     let (store, writer) = reflector::store();
     let config = watcher::Config::default().labels("app.kubernetes.io/managed-by=app-operator");
+    // With the backoff the watch retries its errors and never ends while the test runs.
     let task = tokio::spawn(
         watcher(ns.api::<ConfigMap>(), config)
             .default_backoff()

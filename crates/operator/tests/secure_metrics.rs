@@ -289,8 +289,17 @@ async fn a_rotated_serving_certificate_is_served_without_a_restart() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(ca.served(operator.metrics).await, second.2);
+    testkit::stays_for(
+        Duration::from_secs(3),
+        "the previous certificate served while the new pair is incomplete",
+        || async {
+            let served = ca.served(operator.metrics).await;
+            (served == second.2)
+                .then_some(())
+                .ok_or_else(|| format!("served {served:?}"))
+        },
+    )
+    .await;
 
     // Its key arrives: the third pair is served.
     std::fs::write(dir.join("tls.key"), &third.1).unwrap();

@@ -48,7 +48,8 @@ pub(super) struct Runner {
 
 impl Runner {
     pub(super) async fn watch_pods(self) {
-        // Every Pod: which ones run the etcd image is in their spec, not in a label.
+        // Every Pod: which ones run the etcd image is in their spec, not in a label. With the
+        // backoff the stream never ends: an error is retried (and skipped below), not the end.
         let events = watcher(self.pods.clone(), watcher::Config::default()).default_backoff();
         futures::pin_mut!(events);
         while let Some(event) = events.next().await {
