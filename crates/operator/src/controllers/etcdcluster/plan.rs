@@ -108,7 +108,7 @@ impl Observed {
             .find(|p| p.dead && p.keeps_data && !p.terminating)
     }
 
-    /// Data claims with no Pod: a member's Pod, deleted to restart it, is created again on its.
+    /// Data claims with no Pod: a member's Pod deleted to restart it is created again on its claim.
     fn claims_without_pod(&self) -> impl Iterator<Item = &String> {
         self.claims
             .iter()
