@@ -55,10 +55,17 @@ pub fn waiting_container(pods: &[Pod]) -> Option<Waiting> {
     })
 }
 
-/// Whether a container of `pods` is still being created: the kubelet may yet find it cannot
-/// start (a missing Secret), which changes no Deployment field and so wakes nobody.
+/// Whether a container of `pods` is still being created, or a Pod has no container status yet
+/// (the kubelet has not reported it): the kubelet may yet find it cannot start (a missing
+/// Secret), which changes no Deployment field and so wakes nobody.
 pub fn starting(pods: &[Pod]) -> bool {
-    waiting(pods).next().is_some()
+    let unreported = pods.iter().any(|pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_none_or(Vec::is_empty)
+    });
+    unreported || waiting(pods).next().is_some()
 }
 
 /// The status a MyApp should have, given its Deployment as last seen, a container of its that
@@ -567,6 +574,12 @@ mod tests {
         assert_eq!(waiting_container(&pods[..1]), None);
         assert!(starting(&pods[..1]));
         assert!(!starting(&[pod("web-d", None, None)]), "all running");
+        // Created, not yet reported by the kubelet (seen under load): looked at again too.
+        let unreported: Pod = serde_json::from_value(json!({
+            "metadata": { "name": "web-e" }, "status": { "phase": "Pending" }
+        }))
+        .unwrap();
+        assert!(starting(&[unreported]));
         let init = [pod("web-c", Some(("ImagePullBackOff", "not found")), None)];
         assert_eq!(waiting_container(&init).unwrap().container, "init");
 
