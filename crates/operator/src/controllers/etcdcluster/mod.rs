@@ -348,16 +348,7 @@ impl EtcdClusterReconciler {
                 let note = format!(
                     "member {pod}'s process ended; its Pod is created again on its data claim, keeping the member's ID and data"
                 );
-                context
-                    .shared
-                    .publish(
-                        context.object,
-                        EventType::Warning,
-                        "RestartingMember",
-                        "Heal",
-                        note,
-                    )
-                    .await;
+                heal(context, "RestartingMember", note).await;
                 return Ok(());
             }
             Step::RecreateMemberPod { pod } => {
@@ -407,16 +398,7 @@ impl EtcdClusterReconciler {
                 let note = format!(
                     "member {name} is dead (its process is gone); removed it, a new member replaces it"
                 );
-                context
-                    .shared
-                    .publish(
-                        context.object,
-                        EventType::Warning,
-                        "ReplacingDeadMember",
-                        "Heal",
-                        note,
-                    )
-                    .await;
+                heal(context, "ReplacingDeadMember", note).await;
                 return Ok(());
             }
             Step::AddMember { pod } => {
@@ -683,6 +665,14 @@ async fn restore_source(
             },
         }),
     }
+}
+
+/// A Warning event for a step that heals a member whose process ended.
+async fn heal(context: &Target<'_, EtcdCluster>, reason: &str, note: String) {
+    context
+        .shared
+        .publish(context.object, EventType::Warning, reason, "Heal", note)
+        .await;
 }
 
 fn etcd_error(action: &'static str) -> impl Fn(EtcdError) -> Error {
