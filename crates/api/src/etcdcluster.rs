@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, PersistentVolumeClaimSpec, ResourceRequirements, Toleration,
+    Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements,
+    Toleration,
 };
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -189,6 +190,14 @@ pub struct PodPolicy {
     /// EtcdEnv is extra environment for the etcd container (e.g. `ETCD_QUOTA_BACKEND_BYTES`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub etcd_env: Vec<EnvVar>,
+
+    /// SecurityContext of the members' Pods. Unset, they meet the `restricted` Pod Security
+    /// Standard: UID, GID and fsGroup 65532, `runAsNonRoot`, the RuntimeDefault seccomp profile.
+    /// Set, it replaces that whole (a choice that breaks `restricted`, such as UID 0, is then
+    /// refused in namespaces that enforce it); the containers stay without privilege
+    /// escalation or capabilities, on a read-only root filesystem.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
 
     /// PersistentVolumeClaimSpec, when set, gives each member its own PersistentVolumeClaim for
     /// its data, deleted with the member when the member is removed. A member whose process dies

@@ -1,6 +1,7 @@
 //! The container images of the real node, built on this machine instead of pulled: the pause
 //! image from the pinned Kubernetes source, etcd and CoreDNS from the binaries the tools build,
-//! nginx, PostgreSQL and a test toolbox from Debian's packages (mmdebstrap). Each is an OCI
+//! nginx (as root, and unprivileged), PostgreSQL and a test toolbox from Debian's packages
+//! (mmdebstrap). Each is an OCI
 //! archive named as the manifests name it, built once into a cache directory.
 
 use std::fs;
@@ -19,7 +20,7 @@ use crate::tools::{Tools, cache_root, elapsed, module_dir, module_version};
 
 /// Bumped when the way images are built changes (code, not the data hashed below), and to take
 /// newer Debian packages: the mirror's content is not part of the fingerprint.
-const RECIPE: &str = "1";
+const RECIPE: &str = "2";
 
 /// Lists what a finished cache directory holds; written last, so its presence means complete.
 const LIST: &str = "images.json";
@@ -55,8 +56,14 @@ struct Debian {
 
 #[derive(Debug, Clone, Copy)]
 enum DebianKind {
+    /// As `nginx` is on Docker Hub: the master process runs as root and serves on 80.
     Nginx,
-    Postgres { major: u32 },
+    /// As `nginxinc/nginx-unprivileged` is: UID 101, port 8080, its pid file and temporary files
+    /// in `/tmp`; runs in a Pod that meets the `restricted` Pod Security Standard.
+    NginxUnprivileged,
+    Postgres {
+        major: u32,
+    },
     Toolbox,
 }
 
@@ -66,6 +73,12 @@ const DEBIAN: &[Debian] = &[
         suite: "bookworm",
         packages: &["nginx"],
         kind: DebianKind::Nginx,
+    },
+    Debian {
+        key: "nginx-unprivileged",
+        suite: "bookworm",
+        packages: &["nginx"],
+        kind: DebianKind::NginxUnprivileged,
     },
     Debian {
         key: "postgres-15",
@@ -516,12 +529,33 @@ fn debian(build: &Build, image: &Debian) -> Result<Image, Error> {
         command.arg(format!("--dpkgopt={option}"));
     }
     match image.kind {
-        DebianKind::Nginx => {
+        DebianKind::Nginx | DebianKind::NginxUnprivileged => {
             // As in the official image: logs go to the container's output.
             command.arg(
                 "--customize-hook=ln -sf /dev/stdout \"$1/var/log/nginx/access.log\" && \
                  ln -sf /dev/stderr \"$1/var/log/nginx/error.log\"",
             );
+            if let DebianKind::NginxUnprivileged = image.kind {
+                // What nginxinc's image changes: no `user` switch, the pid file and the temporary
+                // files where any user may write, port 8080 (checked: a sed that matched nothing
+                // would leave a root nginx behind this name).
+                command.arg(
+                "--customize-hook=set -e; conf=\"$1/etc/nginx/nginx.conf\"; \
+                 site=\"$1/etc/nginx/sites-available/default\"; \
+                 sed -i -e '/^user /d' -e 's,^pid .*,pid /tmp/nginx.pid;,' \
+                   -e '/^http {/a\\    client_body_temp_path /tmp/client_temp;' \
+                   -e '/^http {/a\\    proxy_temp_path /tmp/proxy_temp;' \
+                   -e '/^http {/a\\    fastcgi_temp_path /tmp/fastcgi_temp;' \
+                   -e '/^http {/a\\    uwsgi_temp_path /tmp/uwsgi_temp;' \
+                   -e '/^http {/a\\    scgi_temp_path /tmp/scgi_temp;' \"$conf\"; \
+                 sed -i -e 's/listen 80 default_server;/listen 8080 default_server;/' \
+                   -e 's/listen \\[::\\]:80 default_server;/listen [::]:8080 default_server;/' \"$site\"; \
+                 if grep -q '^user ' \"$conf\"; then exit 1; fi; grep -q '^pid /tmp/nginx.pid;' \"$conf\"; \
+                 grep -q 'scgi_temp_path /tmp/scgi_temp;' \"$conf\"; \
+                 grep -q 'listen 8080 default_server;' \"$site\"; \
+                 if grep -q 'listen .*:80 ' \"$site\"; then exit 1; fi",
+            );
+            }
         }
         DebianKind::Postgres { .. } => {
             let script = build.work.join(format!("{}-entrypoint.sh", image.key));
@@ -573,20 +607,27 @@ fn debian(build: &Build, image: &Debian) -> Result<Image, Error> {
     let status = dpkg_status(&layer_path)?;
 
     let (config, names) = match image.kind {
-        DebianKind::Nginx => {
+        DebianKind::Nginx | DebianKind::NginxUnprivileged => {
             let version = upstream_version(&status, "nginx")?;
             let (major_minor, _) = version
                 .rsplit_once('.')
                 .ok_or_else(|| Error::Invalid(format!("nginx version {version} is not x.y.z")))?;
+            let (repository, user, port) = match image.kind {
+                DebianKind::NginxUnprivileged => {
+                    ("nginxinc/nginx-unprivileged", Some("101:101"), "8080/tcp")
+                }
+                _ => ("library/nginx", None, "80/tcp"),
+            };
             let config = ImageConfig {
                 cmd: ["nginx", "-g", "daemon off;"].map(str::to_owned).to_vec(),
                 env: vec![PATH.to_owned()],
-                exposed_ports: vec!["80/tcp".to_owned()],
+                user: user.map(str::to_owned),
+                exposed_ports: vec![port.to_owned()],
                 stop_signal: Some("SIGQUIT".to_owned()),
                 ..ImageConfig::default()
             };
             let names = ["latest", major_minor, &version]
-                .map(|tag| format!("docker.io/library/nginx:{tag}"))
+                .map(|tag| format!("docker.io/{repository}:{tag}"))
                 .to_vec();
             (config, names)
         }

@@ -253,6 +253,14 @@ fn every_image_is_named_as_the_manifests_name_it_and_runs_what_it_is_for() {
         entry(nginx, "var/log/nginx/error.log").link.as_deref(),
         Some("/dev/stderr")
     );
+    assert_eq!(nginx.config["config"]["User"], serde_json::Value::Null);
+    let unprivileged = find(&archives, "docker.io/nginxinc/nginx-unprivileged:latest");
+    assert_eq!(
+        unprivileged.names[2],
+        format!("docker.io/nginxinc/nginx-unprivileged:{patch}")
+    );
+    assert_eq!(unprivileged.config["config"]["User"], "101:101");
+    assert!(unprivileged.config["config"]["ExposedPorts"]["8080/tcp"].is_object());
 
     for major in ["15", "17"] {
         let postgres = find(&archives, &format!("docker.io/library/postgres:{major}"));

@@ -115,7 +115,7 @@ async fn the_operator_rides_out_an_api_server_and_an_etcd_crash() {
     }
     converged(
         &cluster,
-        "nginx:1.22",
+        "nginxinc/nginx-unprivileged:1.22",
         2,
         support::TIMEOUT,
         "the samples to converge",

@@ -101,7 +101,7 @@ async fn the_appcluster_walkthrough_serves_nginx() {
     let pods = ready_pods(&ns, "app=appcluster-sample", 2).await;
     for pod in &pods {
         let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
-        let page = get(&format!("http://{ip}/")).await.unwrap_or_default();
+        let page = get(&format!("http://{ip}:8080/")).await.unwrap_or_default();
         assert!(
             page.contains("Welcome to nginx"),
             "{} answered {page:?}",
@@ -144,7 +144,7 @@ async fn the_appcluster_walkthrough_serves_nginx() {
     })
     .await;
     let ip = replaced.status.and_then(|s| s.pod_ip).unwrap();
-    let page = get(&format!("http://{ip}/")).await.unwrap_or_default();
+    let page = get(&format!("http://{ip}:8080/")).await.unwrap_or_default();
     assert!(
         page.contains("Welcome to nginx"),
         "the replacement answered {page:?}"
@@ -172,7 +172,7 @@ async fn the_myapp_sample_serves_through_its_service() {
         "--timeout=180s",
     ]);
     let toolbox = toolbox(&ns).await;
-    let url = format!("http://myapp-sample.{}.svc.cluster.local/", ns.name);
+    let url = format!("http://myapp-sample.{}.svc.cluster.local:8080/", ns.name);
     let page = eventually(
         TIMEOUT,
         "the Service to answer through cluster DNS",
@@ -193,11 +193,84 @@ async fn the_myapp_sample_serves_through_its_service() {
         "get",
         "--raw",
         &format!(
-            "/api/v1/namespaces/{}/services/myapp-sample:80/proxy/",
+            "/api/v1/namespaces/{}/services/myapp-sample:8080/proxy/",
             ns.name
         ),
     ]);
     assert!(proxied.contains("Welcome to nginx"), "{proxied}");
+}
+
+/// Every sample, applied as `kubectl apply -k config/samples` applies them, in a namespace that
+/// enforces the `restricted` Pod Security Standard: every Pod the operator makes is admitted
+/// there and runs (each object Ready, the Sample recorded), and no Pod was refused on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sample_is_ready_in_a_namespace_that_enforces_restricted() {
+    let ns = TestNamespace::new("real-restricted").await;
+    kubectl_ok(&[
+        "label",
+        "namespace",
+        &ns.name,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    ]);
+    kubectl_ok(&["apply", "-n", &ns.name, "-k", &sample("")]);
+    for object in [
+        "myapp/myapp-sample",
+        "appcluster/appcluster-sample",
+        "sampledb/example-database",
+        "etcdcluster/example-etcd-cluster",
+        "etcdbackup/example-etcd-cluster-backup",
+    ] {
+        let out = kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            object,
+            "-n",
+            &ns.name,
+            "--timeout=240s",
+        ]);
+        if !out.status.success() {
+            // Why it is not Ready: the admission's refusals are Warning events of the Pods' owners.
+            let events = kubectl_ok(&[
+                "get",
+                "events",
+                "-n",
+                &ns.name,
+                "--field-selector",
+                "type=Warning",
+                "-o",
+                "custom-columns=OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message",
+            ]);
+            panic!(
+                "{object} is not Ready in a namespace enforcing restricted: {}\n{events}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    eventually(TIMEOUT, "the Sample recorded", || async {
+        let seen = kubectl_ok(&[
+            "get",
+            "sample",
+            "sample-resource-1",
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={.status.observedGeneration}",
+        ]);
+        (seen == "1").then_some(())
+    })
+    .await;
+    let refused = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.name,
+        "--field-selector",
+        "type=Warning",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(!refused.contains("violates PodSecurity"), "{refused}");
 }
 
 /// A MyApp whose container reads a Secret that does not exist is not Ready, and says why in the
@@ -209,29 +282,12 @@ async fn a_myapp_waiting_for_a_missing_secret_says_so_until_it_exists() {
         "apiVersion": "example.com/v1", "kind": "MyApp",
         "metadata": { "name": "web" },
         "spec": {
-            "replicas": 1, "image": "nginx:1.22", "port": 80,
+            "replicas": 1, "image": "nginxinc/nginx-unprivileged:1.22", "port": 8080,
             "env": [{ "name": "PASSWORD", "valueFrom": { "secretKeyRef": { "name": "db", "key": "password" } } }],
         },
     });
     apply(&ns, &app);
-    let ready = || {
-        let out = kubectl_ok(&[
-            "get",
-            "myapp",
-            "web",
-            "-n",
-            &ns.name,
-            "-o",
-            r#"jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason} {.status.conditions[?(@.type=="Ready")].message}"#,
-        ]);
-        async move { Some(out) }
-    };
-    let stuck = eventually(TIMEOUT, "Ready False with the kubelet's reason", || async {
-        ready()
-            .await
-            .filter(|r| r.starts_with("False CreateContainerConfigError"))
-    })
-    .await;
+    let stuck = stuck_on_container_config(&ns, "web").await;
     assert!(stuck.contains(r#"secret "db" not found"#), "{stuck}");
     let events = kubectl_ok(&[
         "get",
@@ -255,9 +311,51 @@ async fn a_myapp_waiting_for_a_missing_secret_says_so_until_it_exists() {
         "--from-literal=password=s3cret",
     ]);
     eventually(TIMEOUT, "Ready once the Secret exists", || async {
-        ready().await.filter(|r| r.starts_with("True "))
+        Some(myapp_ready(&ns, "web")).filter(|r| r.starts_with("True "))
     })
     .await;
+}
+
+/// A MyApp's Ready condition: `<status> <reason> <message>`.
+fn myapp_ready(ns: &TestNamespace, name: &str) -> String {
+    kubectl_ok(&[
+        "get",
+        "myapp",
+        name,
+        "-n",
+        &ns.name,
+        "-o",
+        r#"jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason} {.status.conditions[?(@.type=="Ready")].message}"#,
+    ])
+}
+
+/// Waits until the MyApp is not Ready because the kubelet cannot start its container, and
+/// returns the condition.
+async fn stuck_on_container_config(ns: &TestNamespace, name: &str) -> String {
+    eventually(TIMEOUT, "Ready False with the kubelet's reason", || async {
+        Some(myapp_ready(ns, name)).filter(|r| r.starts_with("False CreateContainerConfigError"))
+    })
+    .await
+}
+
+/// The MyApp's Pods are `restricted`, so an image that runs as root (Docker Hub's `nginx`) does
+/// not start; the MyApp says so in the kubelet's words instead of waiting silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_myapp_whose_image_runs_as_root_says_so() {
+    let ns = TestNamespace::new("real-myapp-root").await;
+    apply(
+        &ns,
+        &json!({
+            "apiVersion": "example.com/v1", "kind": "MyApp",
+            "metadata": { "name": "root" },
+            "spec": { "replicas": 1, "image": "nginx:1.22", "port": 80 },
+        }),
+    );
+    let stuck = stuck_on_container_config(&ns, "root").await;
+    assert!(
+        stuck.contains("runAsNonRoot and image will run as root"),
+        "{stuck}"
+    );
 }
 
 /// Seed 004 as written (its version one that runs here): one real etcd container, then two,

@@ -6,6 +6,7 @@ pub mod appcluster;
 pub mod etcdbackup;
 pub mod etcdcluster;
 pub mod myapp;
+pub mod restricted;
 pub mod sample;
 pub mod sampledb;
 

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 
+use crate::controllers::restricted::{pod_security_context, restrict, scratch};
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// The label every AppCluster Pod carries (the AppCluster's name): the controller watches the Pods
@@ -18,11 +19,16 @@ pub fn selector(cluster: &AppCluster) -> String {
     format!("app={}", cluster.name_any())
 }
 
+/// The Pods' nginx: the tutorial's `nginx:latest` runs as root, which the `restricted` Pod
+/// Security Standard refuses; this one runs as UID 101 and serves on 8080.
+pub const IMAGE: &str = "nginxinc/nginx-unprivileged:latest";
+
 /// A Pod as the tutorial makes it: `<name>-pod-<random>`, label `app: <name>`, one `nginx`
-/// container. The `managed-by` label lets the operator watch only its own Pods, and
+/// container ([`IMAGE`], `restricted`, its root filesystem read-only and `/tmp` an emptyDir). The `managed-by` label lets the operator watch only its own Pods, and
 /// [`CLUSTER_LABEL`] only the AppClusters'.
 pub fn pod(cluster: &AppCluster, owner: OwnerReference) -> Pod {
     let name = cluster.name_any();
+    let (tmp, tmp_mount) = scratch("tmp", "/tmp");
     Pod {
         metadata: ObjectMeta {
             generate_name: Some(format!("{name}-pod-")),
@@ -35,14 +41,20 @@ pub fn pod(cluster: &AppCluster, owner: OwnerReference) -> Pod {
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "nginx".into(),
-                image: Some("nginx:latest".into()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
+        spec: Some(restrict(
+            PodSpec {
+                containers: vec![Container {
+                    name: "nginx".into(),
+                    image: Some(IMAGE.into()),
+                    volume_mounts: Some(vec![tmp_mount]),
+                    ..Container::default()
+                }],
+                volumes: Some(vec![tmp]),
+                ..PodSpec::default()
+            },
+            pod_security_context(None),
+            true,
+        )),
         status: None,
     }
 }
@@ -129,7 +141,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pod_is_the_tutorials() {
+    fn the_pod_is_the_tutorials_nginx_under_the_restricted_standard() {
         let cluster = AppCluster::new("appcluster-sample", Default::default());
         let owner = OwnerReference {
             uid: "u".into(),
@@ -144,12 +156,20 @@ mod tests {
             pod.labels().get("app").map(String::as_str),
             Some("appcluster-sample")
         );
-        let containers = pod.spec.unwrap_or_default().containers;
-        let shape: Vec<_> = containers
+        let spec = pod.spec.unwrap_or_default();
+        let shape: Vec<_> = spec
+            .containers
             .iter()
             .map(|c| (c.name.as_str(), c.image.as_deref()))
             .collect();
-        assert_eq!(shape, [("nginx", Some("nginx:latest"))]);
+        assert_eq!(
+            shape,
+            [("nginx", Some("nginxinc/nginx-unprivileged:latest"))]
+        );
+        assert_eq!(
+            crate::controllers::restricted::restricted_violations(&spec),
+            Vec::<String>::new()
+        );
     }
 
     fn names(pods: Vec<&Pod>) -> Vec<String> {

@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::controllers::restricted::{NON_ROOT, pod_security_context, restrict};
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// Every child carries it: the EtcdBackup it belongs to. The claim has no owner reference (the
@@ -174,20 +175,25 @@ pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &SnapshotJo
                     labels: Some(labels(&name)),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    init_containers: Some(vec![save]),
-                    containers: vec![verify],
-                    volumes: Some(vec![Volume {
-                        name: SNAPSHOTS_VOLUME.into(),
-                        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                            claim_name: claim_name(backup),
-                            read_only: None,
-                        }),
-                        ..Volume::default()
-                    }]),
-                    ..PodSpec::default()
-                }),
+                // `restricted`, as the members: the snapshots' files are theirs.
+                spec: Some(restrict(
+                    PodSpec {
+                        restart_policy: Some("Never".into()),
+                        init_containers: Some(vec![save]),
+                        containers: vec![verify],
+                        volumes: Some(vec![Volume {
+                            name: SNAPSHOTS_VOLUME.into(),
+                            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                                claim_name: claim_name(backup),
+                                read_only: None,
+                            }),
+                            ..Volume::default()
+                        }]),
+                        ..PodSpec::default()
+                    },
+                    pod_security_context(Some(NON_ROOT)),
+                    true,
+                )),
             },
             ..JobSpec::default()
         }),
@@ -234,6 +240,10 @@ mod tests {
         let spec = job.spec.unwrap();
         assert_eq!(spec.active_deadline_seconds, Some(60));
         let pod = spec.template.spec.unwrap();
+        assert_eq!(
+            crate::controllers::restricted::restricted_violations(&pod),
+            Vec::<String>::new()
+        );
         let save = &pod.init_containers.unwrap()[0];
         assert_eq!(
             save.command.as_ref().unwrap()[3..],

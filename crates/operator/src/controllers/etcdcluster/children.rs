@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
+use crate::controllers::restricted::{NON_ROOT, pod_security_context, restrict};
 use crate::etcd::address::{Addressing, CLIENT_PORT, PEER_PORT};
 use crate::etcd::version::Version;
 use crate::etcd::{image, quorum};
@@ -188,55 +189,64 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
             annotations: Some(annotations),
             ..meta(cluster, member.name.to_owned(), owner)
         },
-        spec: Some(PodSpec {
-            hostname: Some(member.name.to_owned()),
-            subdomain: Some(name.clone()),
-            restart_policy: Some("Never".into()),
-            node_selector: non_empty(policy.node_selector.clone()),
-            tolerations: non_empty_vec(policy.tolerations.clone()),
-            affinity: policy.affinity.clone(),
-            init_containers: non_empty_vec(init_containers),
-            containers: vec![Container {
-                name: "etcd".into(),
-                image: Some(image),
-                command: Some(command),
-                env: non_empty_vec(policy.etcd_env.clone()),
-                resources: policy.resources.clone(),
-                ports: Some(vec![
-                    container_port("client", CLIENT_PORT),
-                    container_port("peer", PEER_PORT),
-                ]),
-                readiness_probe: Some(Probe {
-                    http_get: Some(HTTPGetAction {
-                        path: Some("/health".into()),
-                        port: IntOrString::Int(i32::from(CLIENT_PORT)),
-                        ..HTTPGetAction::default()
+        // `restricted` unless `pod.securityContext` says otherwise (the user's choice): etcd
+        // writes only its data directory, so its root filesystem is read-only.
+        spec: Some(restrict(
+            PodSpec {
+                hostname: Some(member.name.to_owned()),
+                subdomain: Some(name.clone()),
+                restart_policy: Some("Never".into()),
+                node_selector: non_empty(policy.node_selector.clone()),
+                tolerations: non_empty_vec(policy.tolerations.clone()),
+                affinity: policy.affinity.clone(),
+                init_containers: non_empty_vec(init_containers),
+                containers: vec![Container {
+                    name: "etcd".into(),
+                    image: Some(image),
+                    command: Some(command),
+                    env: non_empty_vec(policy.etcd_env.clone()),
+                    resources: policy.resources.clone(),
+                    ports: Some(vec![
+                        container_port("client", CLIENT_PORT),
+                        container_port("peer", PEER_PORT),
+                    ]),
+                    readiness_probe: Some(Probe {
+                        http_get: Some(HTTPGetAction {
+                            path: Some("/health".into()),
+                            port: IntOrString::Int(i32::from(CLIENT_PORT)),
+                            ..HTTPGetAction::default()
+                        }),
+                        period_seconds: Some(5),
+                        ..Probe::default()
                     }),
-                    period_seconds: Some(5),
-                    ..Probe::default()
-                }),
-                // A member that stops answering even a local read (a hung process) is killed;
-                // with `restartPolicy: Never` its Pod fails and the member is replaced once the
-                // others hold a quorum. Older releases have no `/livez`; their `/health` needs a
-                // leader, and killing members that lost theirs would turn a partition into an
-                // outage.
-                liveness_probe: member.version.serves_livez().then(|| Probe {
-                    http_get: Some(HTTPGetAction {
-                        path: Some("/livez".into()),
-                        port: IntOrString::Int(i32::from(CLIENT_PORT)),
-                        ..HTTPGetAction::default()
+                    // A member that stops answering even a local read (a hung process) is killed;
+                    // with `restartPolicy: Never` its Pod fails and the member is replaced once the
+                    // others hold a quorum. Older releases have no `/livez`; their `/health` needs a
+                    // leader, and killing members that lost theirs would turn a partition into an
+                    // outage.
+                    liveness_probe: member.version.serves_livez().then(|| Probe {
+                        http_get: Some(HTTPGetAction {
+                            path: Some("/livez".into()),
+                            port: IntOrString::Int(i32::from(CLIENT_PORT)),
+                            ..HTTPGetAction::default()
+                        }),
+                        period_seconds: Some(10),
+                        timeout_seconds: Some(5),
+                        failure_threshold: Some(6),
+                        ..Probe::default()
                     }),
-                    period_seconds: Some(10),
-                    timeout_seconds: Some(5),
-                    failure_threshold: Some(6),
-                    ..Probe::default()
-                }),
-                volume_mounts: Some(vec![data_mount]),
-                ..Container::default()
-            }],
-            volumes: Some(volumes),
-            ..PodSpec::default()
-        }),
+                    volume_mounts: Some(vec![data_mount]),
+                    ..Container::default()
+                }],
+                volumes: Some(volumes),
+                ..PodSpec::default()
+            },
+            policy
+                .security_context
+                .clone()
+                .unwrap_or_else(|| pod_security_context(Some(NON_ROOT))),
+            true,
+        )),
         status: None,
     }
 }
@@ -439,6 +449,44 @@ mod tests {
         assert_eq!(container.env.as_ref().map(Vec::len), Some(1));
         assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
         assert!(member_claim(&cluster, &owner, "db-abcde12345").is_none());
+    }
+
+    #[test]
+    fn members_are_restricted_unless_the_pod_policy_sets_a_security_context() {
+        let version = Version::parse("3.6.16").unwrap();
+        let snapshot = RestoreStatus {
+            backup_name: "nightly".into(),
+            claim_name: "backups".into(),
+            snapshot: "nightly-0.db".into(),
+            etcd_revision: 1,
+        };
+        let member = MemberPod {
+            name: "db-abcde12345",
+            version: &version,
+            initial_cluster: "db-abcde12345=http://b:2380",
+            state: ClusterState::New,
+            addressing: Addressing::ClusterDns,
+            restore: Some(&snapshot),
+        };
+        let (default, owner) = cluster(serde_json::json!({ "size": 1 }));
+        let spec = member_pod(&default, &owner, &member).spec.unwrap();
+        assert_eq!(
+            crate::controllers::restricted::restricted_violations(&spec),
+            Vec::<String>::new(),
+            "the member and its restore init container"
+        );
+        assert_eq!(spec.security_context.unwrap().run_as_user, Some(65532));
+
+        let (as_root, owner) = cluster(serde_json::json!({
+            "size": 1, "pod": { "securityContext": { "runAsUser": 0 } }
+        }));
+        let spec = member_pod(&as_root, &owner, &member).spec.unwrap();
+        let pod = spec.security_context.clone().unwrap();
+        assert_eq!((pod.run_as_user, pod.run_as_non_root), (Some(0), None));
+        assert!(
+            !crate::controllers::restricted::restricted_violations(&spec).is_empty(),
+            "the user's choice, not restricted"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 
 use super::labels::{child_metadata, selector_labels};
+use crate::controllers::restricted::{pod_security_context, restrict};
 
 /// The Deployment of a MyApp. While autoscaling is enabled `replicas` is left out, so the HPA
 /// owns it (the seed set it to 0, which scaled the app to nothing).
@@ -34,26 +35,34 @@ pub fn deployment(app: &MyApp, owner: OwnerReference) -> Deployment {
                     labels: Some(selector_labels(app)),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(PodSpec {
-                    containers: vec![Container {
-                        name: "app".into(),
-                        image: Some(spec.image.clone()),
-                        ports: Some(vec![ContainerPort {
-                            name: Some("http".into()),
-                            container_port: spec.port,
-                            protocol: Some("TCP".into()),
-                            ..ContainerPort::default()
-                        }]),
-                        env: (!spec.env.is_empty()).then(|| spec.env.iter().map(env_var).collect()),
-                        resources: spec.resources.as_ref().map(|r| ResourceRequirements {
-                            limits: r.limits.as_ref().map(quantities),
-                            requests: r.requests.as_ref().map(quantities),
-                            ..ResourceRequirements::default()
-                        }),
-                        ..Container::default()
-                    }],
-                    ..PodSpec::default()
-                }),
+                // `restricted`; the image must run as a numeric non-root user (its Pods say so
+                // otherwise, and the MyApp's Ready condition quotes them). Its root filesystem
+                // stays writable: the operator does not know where the app writes.
+                spec: Some(restrict(
+                    PodSpec {
+                        containers: vec![Container {
+                            name: "app".into(),
+                            image: Some(spec.image.clone()),
+                            ports: Some(vec![ContainerPort {
+                                name: Some("http".into()),
+                                container_port: spec.port,
+                                protocol: Some("TCP".into()),
+                                ..ContainerPort::default()
+                            }]),
+                            env: (!spec.env.is_empty())
+                                .then(|| spec.env.iter().map(env_var).collect()),
+                            resources: spec.resources.as_ref().map(|r| ResourceRequirements {
+                                limits: r.limits.as_ref().map(quantities),
+                                requests: r.requests.as_ref().map(quantities),
+                                ..ResourceRequirements::default()
+                            }),
+                            ..Container::default()
+                        }],
+                        ..PodSpec::default()
+                    },
+                    pod_security_context(None),
+                    false,
+                )),
             },
             ..DeploymentSpec::default()
         }),
@@ -121,6 +130,20 @@ mod tests {
     fn full_deployment() {
         let app = full_app();
         insta::assert_yaml_snapshot!("full", deployment(&app, owner(&app)));
+    }
+
+    #[test]
+    fn the_pods_meet_the_restricted_standard_and_run_as_the_images_user() {
+        let spec = deployment(&full_app(), owner(&full_app()))
+            .spec
+            .and_then(|s| s.template.spec)
+            .unwrap_or_default();
+        assert_eq!(
+            crate::controllers::restricted::restricted_violations(&spec),
+            Vec::<String>::new()
+        );
+        let pod = spec.security_context.unwrap_or_default();
+        assert_eq!(pod.run_as_user, None);
     }
 
     #[test]

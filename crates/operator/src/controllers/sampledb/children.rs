@@ -10,9 +10,8 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapEnvSource, ConfigMapVolumeSource, Container, ContainerPort, EnvFromSource,
     EnvVar, EnvVarSource, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret,
-    SecretKeySelector, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe, Secret, SecretKeySelector,
+    Service, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -20,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::scripts;
+use crate::controllers::restricted::{pod_security_context, restrict, scratch};
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// Every child carries it: the SampleDB it belongs to. The claims and the final-snapshot Job have
@@ -40,6 +40,8 @@ const DATA_MOUNT: &str = "/var/lib/postgresql/data";
 const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
 const BACKUPS_MOUNT: &str = "/backups";
 const INIT_SQL_MOUNT: &str = "/init-sql";
+/// The server's Unix socket directory, as the image has it.
+const SOCKETS_MOUNT: &str = "/var/run/postgresql";
 /// A finished final-snapshot Job (no owner, so not garbage collected) goes after a day.
 const SNAPSHOT_JOB_TTL_SECONDS: i32 = 86_400;
 
@@ -259,13 +261,33 @@ fn mount(name: &str, path: &str) -> VolumeMount {
     }
 }
 
-fn security_context() -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_user: Some(POSTGRES_UID),
-        run_as_group: Some(POSTGRES_UID),
-        fs_group: Some(POSTGRES_UID),
-        ..PodSecurityContext::default()
-    }
+/// Every SampleDB Pod (server and Jobs): `restricted`, as the image's `postgres` user, on a
+/// read-only root filesystem; the server's socket directory and the scripts' temporary files
+/// are emptyDir volumes.
+fn restricted_postgres(spec: PodSpec) -> PodSpec {
+    let scratch_dirs = [("sockets", SOCKETS_MOUNT), ("tmp", "/tmp")].map(|(n, p)| scratch(n, p));
+    let with_scratch = |containers: Vec<Container>| {
+        containers
+            .into_iter()
+            .map(|mut container| {
+                let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+                mounts.extend(scratch_dirs.iter().map(|(_, mount)| mount.clone()));
+                container
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut volumes = spec.volumes.unwrap_or_default();
+    volumes.extend(scratch_dirs.iter().map(|(volume, _)| volume.clone()));
+    restrict(
+        PodSpec {
+            init_containers: spec.init_containers.map(with_scratch),
+            containers: with_scratch(spec.containers),
+            volumes: Some(volumes),
+            ..spec
+        },
+        pod_security_context(Some(POSTGRES_UID)),
+        true,
+    )
 }
 
 /// The database: one replica (0 while it is stopped for an upgrade or a final snapshot) of
@@ -320,12 +342,11 @@ pub fn stateful_set(
                     labels: Some(labels(&name, "database")),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(PodSpec {
+                spec: Some(restricted_postgres(PodSpec {
                     containers: vec![container],
                     volumes: Some(vec![claim_volume("data", data_claim(&name))]),
-                    security_context: Some(security_context()),
                     ..PodSpec::default()
-                }),
+                })),
             },
             ..StatefulSetSpec::default()
         }),
@@ -416,14 +437,13 @@ pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
                     annotations: (!annotations.is_empty()).then(|| annotations.clone()),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(PodSpec {
+                spec: Some(restricted_postgres(PodSpec {
                     restart_policy: Some("Never".to_owned()),
                     init_containers,
                     containers: vec![container(spec.kind.label(), spec.version, spec.script)],
                     volumes: Some(volumes),
-                    security_context: Some(security_context()),
                     ..PodSpec::default()
-                }),
+                })),
             },
             ..JobSpec::default()
         }),
@@ -513,4 +533,67 @@ pub fn final_snapshot_job(db: &SampleDB, uid: &str, version: &str) -> Job {
             owner: None,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::restricted::restricted_violations;
+
+    fn db() -> SampleDB {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "db.example.com/v1alpha1",
+            "kind": "SampleDB",
+            "metadata": { "name": "db", "namespace": "ns", "uid": "u1" },
+            "spec": { "version": "15", "storage": { "size": "1Gi" } },
+        }))
+        .unwrap()
+    }
+
+    /// The server and every Job: `restricted`, as `postgres`, read-only, with somewhere to put
+    /// the socket and temporary files.
+    #[test]
+    fn every_pod_is_restricted_and_writes_only_to_volumes() {
+        let db = db();
+        let owner = OwnerReference::default();
+        let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
+        let specs = [
+            stateful_set(&db, &owner, "15", 1)
+                .spec
+                .unwrap()
+                .template
+                .spec,
+            first_job(&db, &owner).spec.unwrap().template.spec,
+            backup_job(&db, &owner, "15", tick)
+                .spec
+                .unwrap()
+                .template
+                .spec,
+        ];
+        for spec in specs.map(Option::unwrap) {
+            assert_eq!(restricted_violations(&spec), Vec::<String>::new());
+            assert_eq!(
+                spec.security_context.as_ref().unwrap().run_as_user,
+                Some(999)
+            );
+            for container in spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(&spec.containers)
+            {
+                let mounts: Vec<_> = container
+                    .volume_mounts
+                    .iter()
+                    .flatten()
+                    .map(|m| m.mount_path.as_str())
+                    .collect();
+                assert!(
+                    mounts.contains(&"/tmp") && mounts.contains(&"/var/run/postgresql"),
+                    "{}: {mounts:?}",
+                    container.name
+                );
+            }
+        }
+    }
 }
