@@ -19,11 +19,12 @@ run: preflight ## Local control plane (if none) + CRDs + the operator in the for
 test: preflight ## The whole suite on a local control plane (started and stopped if none runs)
 	$(CARGO) xtask test
 
-lint: ## cargo fmt --check and clippy -D warnings
+lint: ## cargo fmt --check, clippy -D warnings, cargo deny check (advisories, licences, bans, sources)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	@# --all-targets leaves out `test = false` targets: the fault suite and the real-node suites.
 	$(CARGO) clippy -p app-operator --test chaos --test real_node -p local-cluster --test real_node --locked -- -D warnings
+	$(CARGO) xtask deny
 
 manifests: ## Regenerate config/crd from the Rust types
 	$(CARGO) xtask manifests

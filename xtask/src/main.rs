@@ -2,6 +2,7 @@
 
 mod bench;
 mod deliver;
+mod deny;
 mod image;
 mod operator;
 mod suites;
@@ -63,6 +64,8 @@ enum Task {
     },
     /// Regenerate the CRD manifests under config/crd/bases from the Rust types.
     Manifests,
+    /// `cargo deny check` (advisories from the committed snapshot, licences, bans, sources).
+    Deny,
     /// Install the CRDs with $KUBECTL into the cluster of $KUBECONFIG (else ~/.kube/config, else
     /// the local control plane).
     Install,
@@ -194,6 +197,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Task::Manifests => manifests()?,
+        Task::Deny => deny::deny(&repo())?,
         Task::Install => install(&acting_on_cluster(user_target()?)?)?,
         Task::Uninstall => {
             let target = acting_on_cluster(user_target()?)?;
