@@ -37,8 +37,10 @@ struct RunArgs {
     /// Path to a kubeconfig; in-cluster configuration or $KUBECONFIG when unset.
     #[arg(long, env = "APP_OPERATOR_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
-    /// Address of the metrics endpoint (`:8080`, `127.0.0.1:8080`); `0` disables it.
-    #[arg(long, env = "APP_OPERATOR_METRICS_BIND_ADDRESS", default_value = ":8080", value_parser = parse_address)]
+    /// Address of the metrics endpoint (`:8443` for every interface, `127.0.0.1:8080`); `0`
+    /// disables it. Loopback by default: plain HTTP is for this machine only, unless asked for
+    /// (`--metrics-secure` serves it to others).
+    #[arg(long, env = "APP_OPERATOR_METRICS_BIND_ADDRESS", default_value = "127.0.0.1:8080", value_parser = parse_address)]
     metrics_bind_address: Address,
     /// Serve /metrics over HTTPS, only to callers whose token passes a TokenReview and who may
     /// `get` the `/metrics` URL (SubjectAccessReview).
@@ -284,5 +286,19 @@ mod tests {
         for wrong in ["", "10", "s", "10x", "1.5s", "0s", "-1s"] {
             assert!(parse_duration(wrong).is_err(), "{wrong}");
         }
+    }
+
+    /// Nothing is served in plain text beyond this machine unless asked for.
+    #[test]
+    fn metrics_are_served_on_loopback_only_by_default() {
+        let Ok(Cli {
+            command: Command::Run(args),
+        }) = Cli::try_parse_from(["app-operator", "run"])
+        else {
+            panic!("`app-operator run` parses");
+        };
+        let address = args.metrics_bind_address.0.map(|a| a.to_string());
+        assert_eq!(address.as_deref(), Some("127.0.0.1:8080"));
+        assert!(!args.metrics_secure);
     }
 }

@@ -207,6 +207,12 @@ pub async fn run(
                 Ok(())
             });
         } else {
+            if !address.ip().is_loopback() {
+                tracing::warn!(
+                    %address,
+                    "serving /metrics over plain HTTP to every client that reaches {address}; --metrics-secure serves it over HTTPS to authorized clients only"
+                );
+            }
             servers.spawn(server::serve(listener, routes, shutdown.clone()));
         }
     }
