@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use local_cluster::install::{Target, UserEnv};
 use local_cluster::{Layout, Tools};
 
-use crate::{image, path, repo, tool_sources};
+use crate::{image, path, repo, sbom, tool_sources};
 
 /// The user's kubectl and cluster (`KUBECTL`, `KUBECONFIG`, `IMG`), as kubebuilder's targets.
 pub(crate) fn user_target() -> Result<Target> {
@@ -29,12 +29,15 @@ pub(crate) fn overlay_dir() -> PathBuf {
     repo().join("target/deploy")
 }
 
+/// The image's platform.
+const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+
 /// A fully static release binary (glibc with `crt-static`: the machine has no musl Rust target)
 /// in its own target directory, so it can be built while another cargo holds the workspace's.
 /// The image and the benchmark both use it.
 pub(crate) fn build_static_binary() -> Result<PathBuf> {
     let target_dir = repo().join("target/image");
-    let triple = "x86_64-unknown-linux-gnu";
+    let triple = TRIPLE;
     let built = Command::new(env!("CARGO"))
         .args([
             "build",
@@ -61,14 +64,42 @@ pub(crate) fn build_image(output: &Path) -> Result<()> {
     } else {
         output.to_owned()
     };
-    image::write_archive(&binary, env!("CARGO_PKG_VERSION"), &output)?;
+    let provenance = image::Provenance {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        revision: git(&["describe", "--always", "--dirty", "--abbrev=40"])?,
+        source: git(&["remote", "get-url", "origin"])
+            .ok()
+            .filter(|url| url.contains("://") || url.starts_with("git@")),
+        licenses: env!("CARGO_PKG_LICENSE").to_owned(),
+        sbom: serde_json::to_vec_pretty(&sbom::cyclonedx(&repo(), "app-operator", TRIPLE)?)?,
+    };
+    image::write_archive(&binary, &provenance, &output)?;
     println!(
-        "wrote {} ({}, entrypoint /app-operator, user {})",
+        "wrote {} ({}, entrypoint /app-operator, user {}, revision {}, SBOM at /{})",
         output.display(),
         image::REFERENCE,
-        image::USER
+        image::USER,
+        provenance.revision,
+        image::SBOM_PATH
     );
     Ok(())
+}
+
+/// `git <args>` in the repository: its output, trimmed.
+fn git(args: &[&str]) -> Result<String> {
+    let output = Command::new("git")
+        .current_dir(repo())
+        .args(args)
+        .output()
+        .context("running git")?;
+    if !output.status.success() {
+        bail!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// `make load`: the archive's images into the local cluster's registry and onto its real node

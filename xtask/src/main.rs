@@ -5,6 +5,7 @@ mod deliver;
 mod deny;
 mod image;
 mod operator;
+mod sbom;
 mod suites;
 
 use std::path::{Path, PathBuf};

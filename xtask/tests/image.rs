@@ -114,9 +114,56 @@ fn make_image_writes_a_valid_oci_archive_of_the_static_binary() {
         serde_json::json!(["app-operator:latest"])
     );
 
-    // The layer holds the binary and nothing else; it is static and it runs.
+    // What it says of itself: OCI labels and an SBOM of what the binary links.
+    let labels = &config["config"]["Labels"];
+    assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
+    assert_eq!(
+        labels["org.opencontainers.image.version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    let revision = labels["org.opencontainers.image.revision"]
+        .as_str()
+        .unwrap();
+    assert!(
+        revision.len() >= 40 && revision[..40].chars().all(|c| c.is_ascii_hexdigit()),
+        "{revision}"
+    );
+
+    // The layer holds the binary and the SBOM, nothing else; the binary is static and it runs.
     let contents = entries(layer);
-    assert_eq!(contents.keys().collect::<Vec<_>>(), ["app-operator"]);
+    assert_eq!(
+        contents.keys().collect::<Vec<_>>(),
+        [
+            "app-operator",
+            "usr/",
+            "usr/share/",
+            "usr/share/sbom/",
+            "usr/share/sbom/app-operator.cdx.json"
+        ]
+    );
+    let sbom: serde_json::Value =
+        serde_json::from_slice(&contents["usr/share/sbom/app-operator.cdx.json"]).unwrap();
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    let purls: Vec<_> = sbom["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["purl"].as_str())
+        .collect();
+    for linked in [
+        "pkg:cargo/kube-runtime@",
+        "pkg:cargo/tokio@",
+        "pkg:cargo/app-operator-api@",
+    ] {
+        assert!(
+            purls.iter().any(|p| p.starts_with(linked)),
+            "{linked}: {purls:?}"
+        );
+    }
+    assert!(
+        !purls.iter().any(|p| p.starts_with("pkg:cargo/insta@")),
+        "a test-only crate is not in the binary"
+    );
     let binary = &contents["app-operator"];
     assert!(
         !binary.windows(12).any(|w| w == b"/lib64/ld-li"),

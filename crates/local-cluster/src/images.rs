@@ -480,15 +480,7 @@ fn program(build: &Build, program: &Program) -> Result<Image, Error> {
     require_static(&binary)?;
     let layer_path = build.work.join(format!("{}.layer.tar", program.key));
     let mut layer = Layer::create(&layer_path)?;
-    let mut parent = String::new();
-    if let Some((dirs, _)) = program.install_as.rsplit_once('/') {
-        for dir in dirs.split('/') {
-            parent.push_str(dir);
-            layer.dir(&parent, 0o755, (0, 0))?;
-            parent.push('/');
-        }
-    }
-    layer.file(program.install_as, &binary, 0o755)?;
+    layer.file_in_new_dirs(program.install_as, &binary, 0o755)?;
     layer.finish()?;
     let command = vec![format!("/{}", program.install_as)];
     let (entrypoint, cmd) = if program.entrypoint {

@@ -356,6 +356,20 @@ impl Layer {
             .map_err(Error::io("writing", &self.path))
     }
 
+    /// [`Layer::file`] after its parent directories (0755, root's), none of which the layer
+    /// has yet.
+    pub fn file_in_new_dirs(&mut self, path: &str, source: &Path, mode: u32) -> Result<(), Error> {
+        let mut parent = String::new();
+        if let Some((dirs, _)) = path.rsplit_once('/') {
+            for dir in dirs.split('/') {
+                parent.push_str(dir);
+                self.dir(&parent, 0o755, (0, 0))?;
+                parent.push('/');
+            }
+        }
+        self.file(path, source, mode)
+    }
+
     pub fn finish(self) -> Result<(), Error> {
         let path = self.path;
         self.builder
