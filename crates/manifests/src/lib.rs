@@ -27,7 +27,7 @@ pub enum ManifestsError {
 
 /// `(path relative to the repository, content)` of every generated file; `repo` is read for
 /// the files copied from hand-written ones (`config/rbac/role.yaml`,
-/// `config/prometheus/alerts.yaml`).
+/// `config/rbac/owned_objects_policy.yaml`, `config/prometheus/alerts.yaml`).
 pub fn generated_files(repo: &Path) -> Result<Vec<(String, String)>, ManifestsError> {
     let read = |file: &'static str| {
         let path = repo.join(file);
@@ -54,6 +54,14 @@ pub fn generated_files(repo: &Path) -> Result<Vec<(String, String)>, ManifestsEr
         marker: "spec:",
     })?;
     files.push(("charts/app-operator/files/alert-groups.yaml".into(), groups));
+    const POLICY: &str = "config/rbac/owned_objects_policy.yaml";
+    files.push((
+        "charts/app-operator/files/owned-objects-policy.yaml".into(),
+        format!(
+            "# Generated from {POLICY} by `make manifests`; the chart puts its own names in.\n{}",
+            read(POLICY)?
+        ),
+    ));
     files.extend(
         user_role_files()
             .into_iter()

@@ -273,6 +273,74 @@ async fn every_sample_is_ready_in_a_namespace_that_enforces_restricted() {
     assert!(!refused.contains("violates PodSecurity"), "{refused}");
 }
 
+/// RBAC grants the operator patch and delete on every Pod, Job and StatefulSet; the admission
+/// policy deployed with it (config/rbac/owned_objects_policy.yaml) leaves it only its own. As its
+/// ServiceAccount, a look-alike of each kind made by someone else can be neither changed nor
+/// deleted, and one labelled as the operator's can be both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployed_operator_may_change_only_objects_it_manages() {
+    let ns = TestNamespace::new("real-owned").await;
+    let operator =
+        format!("--as=system:serviceaccount:{OPERATOR_NAMESPACE}:app-operator-controller-manager");
+    let pod_spec = json!({
+        "containers": [{ "name": "c", "image": TOOLBOX, "command": ["sleep", "infinity"] }],
+    });
+    let object = |kind: &str, name: &str, labels: serde_json::Value| {
+        let template = json!({ "metadata": { "labels": { "app": name } }, "spec": pod_spec });
+        let mut run_once = template.clone();
+        run_once["spec"]["restartPolicy"] = json!("Never");
+        let spec = match kind {
+            "Pod" => run_once["spec"].clone(),
+            "Job" => json!({ "template": run_once, "backoffLimit": 0 }),
+            _ => json!({
+                "replicas": 0, "serviceName": name, "template": template,
+                "selector": { "matchLabels": { "app": name } },
+            }),
+        };
+        let api_version = match kind {
+            "Pod" => "v1",
+            "Job" => "batch/v1",
+            _ => "apps/v1",
+        };
+        json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": { "name": name, "labels": labels }, "spec": spec,
+        })
+    };
+    // `verb` is the command then its arguments; the object goes between them.
+    let as_operator = |verb: &[&str], kind: &str, name: &str| {
+        let target = format!("{}/{name}", kind.to_lowercase());
+        let (command, arguments) = verb.split_at(1);
+        let scope = [operator.as_str(), "-n", &ns.name];
+        kubectl(&[&scope[..], command, &[target.as_str()], arguments].concat())
+    };
+    for kind in ["Pod", "Job", "StatefulSet"] {
+        apply(&ns, &object(kind, "lookalike", json!({ "app": "etcd" })));
+        for verb in [&["label", "touched=yes"][..], &["delete", "--wait=false"]] {
+            // The API server enforces a new policy a moment after it is created (deploy).
+            let refused = format!("{verb:?} {kind} lookalike refused to the operator");
+            eventually(Duration::from_secs(30), &refused, || async {
+                let out = as_operator(verb, kind, "lookalike");
+                let said = String::from_utf8_lossy(&out.stderr).into_owned();
+                (!out.status.success()
+                    && said.contains("app-operator changes only objects it manages"))
+                .then_some(())
+            })
+            .await;
+        }
+        let ours = json!({ "app.kubernetes.io/managed-by": "app-operator" });
+        apply(&ns, &object(kind, "ours", ours));
+        for verb in [&["label", "touched=yes"][..], &["delete", "--wait=false"]] {
+            let out = as_operator(verb, kind, "ours");
+            assert!(
+                out.status.success(),
+                "{verb:?} {kind} ours as the operator: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
 /// A MyApp whose container reads a Secret that does not exist is not Ready, and says why in the
 /// kubelet's words (its Ready condition and a Warning event); once the Secret exists it is Ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
