@@ -82,6 +82,23 @@ async fn toolbox(ns: &TestNamespace) -> String {
     "toolbox".to_owned()
 }
 
+/// Waits until `kubectl get <object> -o jsonpath=<path>` in `ns` prints `value`.
+async fn field_reaches(ns: &TestNamespace, object: &str, path: &str, value: &str) {
+    let what = format!("{object} {path} = {value:?}");
+    eventually(TIMEOUT, &what, || async {
+        let got = kubectl_ok(&[
+            "get",
+            object,
+            "-n",
+            &ns.name,
+            "-o",
+            &format!("jsonpath={path}"),
+        ]);
+        (got == value).then_some(())
+    })
+    .await;
+}
+
 fn exec(ns: &TestNamespace, pod: &str, command: &[&str]) -> std::process::Output {
     kubectl(&[&["exec", "-n", &ns.name, pod, "--"][..], command].concat())
 }
@@ -109,19 +126,7 @@ async fn the_appcluster_walkthrough_serves_nginx() {
         );
     }
     // status.ready counts Pods the kubelet reports Ready (it follows them a moment later).
-    eventually(TIMEOUT, "status.ready == 2", || async {
-        let ready = kubectl_ok(&[
-            "get",
-            "appcluster",
-            "appcluster-sample",
-            "-n",
-            &ns.name,
-            "-o",
-            "jsonpath={.status.ready}",
-        ]);
-        (ready == "2").then_some(())
-    })
-    .await;
+    field_reaches(&ns, "appcluster/appcluster-sample", "{.status.ready}", "2").await;
 
     let deleted = pods[0].name_any();
     ns.api::<Pod>()
@@ -216,6 +221,18 @@ async fn every_sample_is_ready_in_a_namespace_that_enforces_restricted() {
         "pod-security.kubernetes.io/enforce-version=latest",
     ]);
     kubectl_ok(&["apply", "-n", &ns.name, "-k", &sample("")]);
+    let warnings = || {
+        kubectl_ok(&[
+            "get",
+            "events",
+            "-n",
+            &ns.name,
+            "--field-selector",
+            "type=Warning",
+            "-o",
+            "custom-columns=OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message",
+        ])
+    };
     for object in [
         "myapp/myapp-sample",
         "appcluster/appcluster-sample",
@@ -233,46 +250,22 @@ async fn every_sample_is_ready_in_a_namespace_that_enforces_restricted() {
         ]);
         if !out.status.success() {
             // Why it is not Ready: the admission's refusals are Warning events of the Pods' owners.
-            let events = kubectl_ok(&[
-                "get",
-                "events",
-                "-n",
-                &ns.name,
-                "--field-selector",
-                "type=Warning",
-                "-o",
-                "custom-columns=OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message",
-            ]);
             panic!(
-                "{object} is not Ready in a namespace enforcing restricted: {}\n{events}",
-                String::from_utf8_lossy(&out.stderr)
+                "{object} is not Ready in a namespace enforcing restricted: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                warnings()
             );
         }
     }
-    eventually(TIMEOUT, "the Sample recorded", || async {
-        let seen = kubectl_ok(&[
-            "get",
-            "sample",
-            "sample-resource-1",
-            "-n",
-            &ns.name,
-            "-o",
-            "jsonpath={.status.observedGeneration}",
-        ]);
-        (seen == "1").then_some(())
-    })
+    field_reaches(
+        &ns,
+        "sample/sample-resource-1",
+        "{.status.observedGeneration}",
+        "1",
+    )
     .await;
-    let refused = kubectl_ok(&[
-        "get",
-        "events",
-        "-n",
-        &ns.name,
-        "--field-selector",
-        "type=Warning",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ]);
-    assert!(!refused.contains("violates PodSecurity"), "{refused}");
+    let warned = warnings();
+    assert!(!warned.contains("violates PodSecurity"), "{warned}");
     // The deployed operator did all of it with its own ClusterRole, within the admission policy
     // that leaves it only its own objects: not one of its requests for this namespace refused.
     let logs = kubectl_ok(&[
