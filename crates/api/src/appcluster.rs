@@ -30,6 +30,12 @@ use crate::validation::LABEL_VALUE_NAME_RULE;
         json_path = ".status.conditions[?(@.type==\"Ready\")].message"
     ),
     printcolumn(
+        name = "Image",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.image"
+    ),
+    printcolumn(
         name = "Selector",
         type_ = "string",
         priority = 1,
@@ -73,4 +79,8 @@ pub struct AppClusterStatus {
     /// Selector is the label selector of the AppCluster's Pods (for the scale subresource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
+    /// Image is the container image the operator creates the Pods with (the operator's choice:
+    /// the spec has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }

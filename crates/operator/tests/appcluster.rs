@@ -64,6 +64,15 @@ async fn the_tutorial_walkthrough() {
         );
         assert_eq!(pod.owner_references()[0].kind, "AppCluster");
     }
+    // `-o wide` names the image the Pods run.
+    let wide = kubectl_ok(&["get", "appc", name, "-n", &ns.name, "-o", "wide"]);
+    let image = pods[0].spec.as_ref().unwrap().containers[0].image.clone();
+    assert!(
+        wide.lines().nth(1).is_some_and(|row| row
+            .split_whitespace()
+            .any(|cell| Some(cell) == image.as_deref())),
+        "{wide}"
+    );
 
     // 6.5: delete one Pod → it is replaced, status.ready returns to 2.
     let deleted = pods[0].name_any();

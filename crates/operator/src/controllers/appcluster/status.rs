@@ -2,7 +2,7 @@ use app_operator_api::conditions::{PROGRESSING, READY};
 use app_operator_api::{AppCluster, AppClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::pods::selector;
+use super::pods::{IMAGE, selector};
 use crate::reconcile::Error;
 use crate::reconcile::conditions::{Desired, degraded, set};
 
@@ -60,6 +60,7 @@ pub fn status(
             .collect(),
         observed_generation: cluster.metadata.generation,
         selector: Some(selector(cluster)),
+        image: Some(IMAGE.to_owned()),
     }
 }
 
