@@ -50,3 +50,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "app-operator.metricsPortName" -}}
 {{- if .Values.metrics.secure }}https{{ else }}http{{ end -}}
 {{- end -}}
+
+{{/* The Secret cert-manager writes the metrics certificate to (metrics.certManager). */}}
+{{- define "app-operator.metricsCertSecret" -}}
+{{ include "app-operator.fullname" . }}-metrics-cert
+{{- end }}
+
+{{/* The metrics Service's DNS name, which its certificate is for. */}}
+{{- define "app-operator.metricsServerName" -}}
+{{ include "app-operator.fullname" . }}-metrics.{{ .Release.Namespace }}.svc
+{{- end }}

@@ -88,7 +88,12 @@ fn render(namespace: &str, values: &[&str]) -> Vec<serde_json::Value> {
     for value in values {
         args.extend(["--set", value]);
     }
-    serde_norway::Deserializer::from_str(&helm(&args))
+    documents(&helm(&args))
+}
+
+/// The objects of a YAML stream (`helm template`, `kubectl kustomize`).
+fn documents(yaml: &str) -> Vec<serde_json::Value> {
+    serde_norway::Deserializer::from_str(yaml)
         .map(|document| serde::Deserialize::deserialize(document).unwrap())
         .filter(|object: &serde_json::Value| !object.is_null())
         .collect()
@@ -290,6 +295,165 @@ fn the_helm_charts_values_are_applied_and_checked() {
         let refused = try_helm(&["template", "demo", CHART, "--set", typo])
             .expect_err(&format!("{typo} was accepted"));
         assert!(refused.contains(says), "{typo}: {refused}");
+    }
+}
+
+/// The one object of `kind` in `objects`.
+fn only<'a>(objects: &'a [serde_json::Value], kind: &str) -> &'a serde_json::Value {
+    let mut found = objects.iter().filter(|o| o["kind"] == kind);
+    let first = found
+        .next()
+        .unwrap_or_else(|| panic!("no {kind} in the render"));
+    assert!(found.next().is_none(), "more than one {kind}");
+    first
+}
+
+/// A render that serves /metrics with a cert-manager certificate: the Certificate is for the
+/// metrics Service's name and issued by the render's Issuer (unless `own_issuer`), its Secret is
+/// mounted where the manager reads its certificate, and the ServiceMonitor verifies the serving
+/// certificate (its CA, its name) instead of skipping verification.
+fn assert_metrics_certificate_used(objects: &[serde_json::Value], own_issuer: bool) {
+    let certificate = &only(objects, "Certificate")["spec"];
+    let service = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "Service" && o["metadata"]["name"].as_str().unwrap().contains("metrics")
+        })
+        .expect("the metrics Service");
+    let server_name = format!(
+        "{}.{}.svc",
+        service["metadata"]["name"].as_str().unwrap(),
+        service["metadata"]["namespace"].as_str().unwrap()
+    );
+    assert_eq!(certificate["dnsNames"][0], server_name.as_str());
+    if !own_issuer {
+        let issuer = only(objects, "Issuer");
+        assert_eq!(certificate["issuerRef"]["name"], issuer["metadata"]["name"]);
+        assert_eq!(certificate["issuerRef"]["kind"], "Issuer");
+    }
+    let secret = &certificate["secretName"];
+
+    let pod = &only(objects, "Deployment")["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| &v["secret"]["secretName"] == secret)
+        .expect("the certificate's Secret is a volume");
+    let manager = &pod["containers"][0];
+    let mount = manager["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .expect("mounted in the manager");
+    let cert_dir = format!(
+        "--metrics-cert-dir={}",
+        mount["mountPath"].as_str().unwrap()
+    );
+    let args = manager["args"].as_array().unwrap();
+    assert!(args.iter().any(|a| *a == cert_dir.as_str()), "{args:?}");
+
+    let tls = &only(objects, "ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"];
+    assert_eq!(&tls["ca"]["secret"]["name"], secret);
+    assert_eq!(tls["ca"]["secret"]["key"], "ca.crt");
+    assert_eq!(tls["serverName"], server_name.as_str());
+    assert!(tls["insecureSkipVerify"].is_null(), "{tls}");
+}
+
+/// `metrics.certManager`: the certificate is used and verified; an issuer of the user's
+/// replaces the chart's self-signed one; plain HTTP with a certificate is refused. Without it
+/// the ServiceMonitor cannot verify the self-signed certificate, and says so by skipping.
+#[test]
+fn the_helm_charts_metrics_certificate_is_mounted_and_verified() {
+    let monitored = "metrics.serviceMonitor.enabled=true";
+    let skipping = render("app-operator-helm", &[monitored]);
+    let tls = &only(&skipping, "ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"];
+    assert_eq!(tls["insecureSkipVerify"], true, "without a certificate");
+
+    let certified = "metrics.certManager.enabled=true";
+    let objects = render("app-operator-helm", &[monitored, certified]);
+    assert_metrics_certificate_used(&objects, false);
+    // cert-manager's and the Prometheus Operator's kinds need their CRDs; the rest (the
+    // Deployment's volume) passes a dry run.
+    ensure_namespace("app-operator-helm");
+    let core: Vec<_> = objects
+        .iter()
+        .filter(|o| {
+            let api = o["apiVersion"].as_str().unwrap_or_default();
+            !api.starts_with("cert-manager.io/") && !api.starts_with("monitoring.coreos.com/")
+        })
+        .collect();
+    server_dry_run(&core);
+
+    let issued = render(
+        "app-operator-helm",
+        &[
+            monitored,
+            certified,
+            "metrics.certManager.issuerRef.kind=ClusterIssuer",
+            "metrics.certManager.issuerRef.name=company-ca",
+        ],
+    );
+    assert_metrics_certificate_used(&issued, true);
+    let issuer = &only(&issued, "Certificate")["spec"]["issuerRef"];
+    assert_eq!(issuer["name"], "company-ca");
+    assert_eq!(issuer["kind"], "ClusterIssuer");
+    assert!(!issued.iter().any(|o| o["kind"] == "Issuer"));
+
+    let refused = try_helm(&[
+        "template",
+        "demo",
+        CHART,
+        "--set",
+        "metrics.certManager.enabled=true,metrics.secure=false",
+    ])
+    .expect_err("a certificate for plain HTTP was accepted");
+    assert!(refused.contains("needs metrics.secure"), "{refused}");
+}
+
+/// config/default's [PROMETHEUS] and [CERTMANAGER] lines uncommented, as its comments tell users
+/// to: the certificate (config/certmanager) is used and verified under config/default's names.
+#[test]
+fn the_kustomize_certmanager_option_mounts_and_verifies_the_metrics_certificate() {
+    let scratch = std::env::temp_dir().join(format!("certmanager-{}", std::process::id()));
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config");
+    copy_dir(std::path::Path::new(config), &scratch.join("config"));
+    let kustomization = scratch.join("config/default/kustomization.yaml");
+    let uncommented: String = std::fs::read_to_string(&kustomization)
+        .unwrap()
+        .lines()
+        .map(|line| match line.strip_prefix('#') {
+            Some(rest)
+                if rest.starts_with("- ../")
+                    || rest.starts_with("patches:")
+                    || rest.starts_with("- path: ")
+                    || rest.starts_with("  ") =>
+            {
+                format!("{rest}\n")
+            }
+            _ => format!("{line}\n"),
+        })
+        .collect();
+    assert!(uncommented.contains("- ../certmanager\n"), "{uncommented}");
+    std::fs::write(&kustomization, uncommented).unwrap();
+    let rendered = kubectl_ok(&[
+        "kustomize",
+        &scratch.join("config/default").to_string_lossy(),
+    ]);
+    std::fs::remove_dir_all(&scratch).unwrap();
+    assert_metrics_certificate_used(&documents(&rendered), false);
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
     }
 }
 
