@@ -118,8 +118,8 @@ enum Task {
         #[arg(long, default_value = "target/bench")]
         output: PathBuf,
         /// Another operator to run through the MyApp rounds after ours, as `NAME=COMMAND`: a
-        /// command line (run by `sh -c`, with `KUBECONFIG` set to the benchmark identity) that
-        /// serves controller-runtime's metrics on `{metrics}` and `/readyz` on `{health}`, which
+        /// command line (run as `sh -c 'exec env <line>'`, with `KUBECONFIG` set to the benchmark
+        /// identity) that serves controller-runtime's metrics on `{metrics}` and `/readyz` on `{health}`, which
         /// are replaced by free local addresses. Repeatable.
         #[arg(long, value_parser = parse_compare)]
         compare: Vec<bench::Launch>,

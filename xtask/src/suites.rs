@@ -24,9 +24,24 @@ pub(crate) async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> 
         churn_size: 10,
         output: repo().join("target/bench-smoke"),
         kubeconfig: kubeconfig.to_owned(),
-        operators: vec![bench::Launch::Ours {
-            binary: repo().join("target/debug/app-operator"),
-        }],
+        // Ours, then as `--compare` runs another operator: ours again, behind an environment
+        // prefix, and one that exits at once (its failure is reported beside the others' rows).
+        operators: vec![
+            bench::Launch::Ours {
+                binary: repo().join("target/debug/app-operator"),
+            },
+            bench::Launch::Command {
+                name: "env-prefixed".to_owned(),
+                line: format!(
+                    "APP_OPERATOR_LOG_LEVEL=warn {} run --metrics-bind-address={{metrics}} --health-probe-bind-address={{health}}",
+                    repo().join("target/debug/app-operator").display()
+                ),
+            },
+            bench::Launch::Command {
+                name: "exits-at-once".to_owned(),
+                line: "false".to_owned(),
+            },
+        ],
         extra_roles: Vec::new(),
     };
     let report = run_bench(&options, tools).await?;
@@ -53,6 +68,23 @@ pub(crate) async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> 
             report.churn.as_ref().is_some_and(|c| c.rss_mib.len() == 2),
         ),
         ("chart written", options.output.join("chart.svg").exists()),
+        (
+            "an operator behind an environment prefix measured",
+            report.operators.get(1).is_some_and(|run| {
+                run.failure.is_none() && run.myapp.first().is_some_and(|r| r.all_ready())
+            }),
+        ),
+        (
+            "an operator that exits at once reported as failed, the others' rows kept",
+            report
+                .operators
+                .get(2)
+                .is_some_and(|run| run.failure.is_some())
+                && std::fs::read_to_string(options.output.join("results.md")).is_ok_and(|md| {
+                    md.contains("### exits-at-once\n\n`false`\n\n**Failed:**")
+                        && md.contains("### env-prefixed")
+                }),
+        ),
     ];
     let failed: Vec<&str> = checks
         .iter()

@@ -57,6 +57,8 @@ pub struct OperatorRun {
     pub peak_rss_mib: f64,
     pub cpu_seconds: f64,
     pub requests_by_method: BTreeMap<String, u64>,
+    /// Why a compared operator's run ended early (its finished rounds are kept).
+    pub failure: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -96,36 +98,54 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
     let mut operators = Vec::new();
     let (mut appcluster, mut churn) = (None, None);
     for (index, launch) in options.operators.iter().enumerate() {
-        let mut operator = Operator::start(launch, &identity, &options.output).await?;
         let mut myapp = Vec::new();
-        for &n in &options.sizes {
-            eprintln!("bench: {n} MyApps ({}), then the floors", launch.name());
-            myapp.push(myapp_round(&admin, &floor, &mut operator, n, n == largest, options).await?);
-        }
-        if index == 0 {
-            if options.appcluster_size > 0 {
-                eprintln!(
-                    "bench: AppCluster 0 -> {} (operator), then {} Pods (floor)",
-                    options.appcluster_size, options.appcluster_size
-                );
-                appcluster = Some(appcluster_round(&admin, &floor, options).await?);
+        let mut totals = None;
+        let measured: Result<()> = async {
+            let mut operator = Operator::start(launch, &identity, &options.output).await?;
+            for &n in &options.sizes {
+                eprintln!("bench: {n} MyApps ({}), then the floors", launch.name());
+                let round = myapp_round(&admin, &floor, &mut operator, n, n == largest, options);
+                myapp.push(round.await?);
             }
-            if options.churn_cycles > 0 {
-                eprintln!(
-                    "bench: churn, {} cycles of {} MyApps created and deleted",
-                    options.churn_cycles, options.churn_size
-                );
-                churn = Some(churn_round(&admin, &operator, options).await?);
+            if index == 0 {
+                if options.appcluster_size > 0 {
+                    eprintln!(
+                        "bench: AppCluster 0 -> {} (operator), then {} Pods (floor)",
+                        options.appcluster_size, options.appcluster_size
+                    );
+                    appcluster = Some(appcluster_round(&admin, &floor, options).await?);
+                }
+                if options.churn_cycles > 0 {
+                    eprintln!(
+                        "bench: churn, {} cycles of {} MyApps created and deleted",
+                        options.churn_cycles, options.churn_size
+                    );
+                    churn = Some(churn_round(&admin, &operator, options).await?);
+                }
             }
+            totals = Some((operator.totals(), operator.overall_peak()));
+            Ok(())
         }
-        let (cpu_seconds, requests_by_method) = operator.totals();
+        .await;
+        // Ours is what is measured: without it there is nothing to compare with. A compared
+        // operator that fails keeps the rounds it finished and says why beside them.
+        let failure = match measured {
+            Ok(()) => None,
+            Err(error) if index > 0 => {
+                eprintln!("bench: {} failed: {error:#}", launch.name());
+                Some(format!("{error:#}"))
+            }
+            Err(error) => return Err(error),
+        };
+        let ((cpu_seconds, requests_by_method), peak_rss_mib) = totals.unwrap_or_default();
         operators.push(OperatorRun {
             name: launch.name().to_owned(),
             command: launch.describe(),
             myapp,
-            peak_rss_mib: operator.overall_peak(),
+            peak_rss_mib,
             cpu_seconds,
             requests_by_method,
+            failure,
         });
     }
     Ok(Report {

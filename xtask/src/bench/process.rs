@@ -233,8 +233,11 @@ fn spawn(launch: &Launch, kubeconfig: &Path, log: &Path) -> Result<(Child, u16, 
             let line = line
                 .replace("{metrics}", &format!("127.0.0.1:{metrics}"))
                 .replace("{health}", &format!("127.0.0.1:{health}"));
+            // As a shell runs it, leading `NAME=value` words included (`exec` alone would take
+            // the first for a command), and with the operator as the process the harness
+            // signals and measures (`exec env`, not a child of `sh`).
             let child = Command::new("sh")
-                .args(["-c", &format!("exec {line}")])
+                .args(["-c", &format!("exec env {line}")])
                 .env("KUBECONFIG", kubeconfig)
                 .stdout(stderr.try_clone()?)
                 .stderr(stderr)

@@ -68,6 +68,12 @@ pub fn markdown(report: &Report) -> String {
 
 fn operator_section(text: &mut String, run: &OperatorRun) {
     let _ = write!(text, "\n### {}\n\n`{}`\n\n", run.name, run.command);
+    if let Some(failure) = &run.failure {
+        let _ = write!(
+            text,
+            "**Failed:** {failure}. The rounds it finished before that are below.\n\n"
+        );
+    }
     text.push_str("| N MyApps | children (a) | fair floor | (a) / fair | ratios | floor | (a) / floor | all Ready (b) | fair floor Ready | all Ready | requests per MyApp | steady writes | steady reads | settled RSS |\n");
     text.push_str("|---:|---:|---:|---:|---|---:|---:|---:|---:|:--:|---|---:|---:|---:|\n");
     for round in &run.myapp {
@@ -116,13 +122,15 @@ fn operator_section(text: &mut String, run: &OperatorRun) {
             );
         }
     }
-    let _ = write!(
-        text,
-        "\nPeak RSS {:.1} MiB; CPU {:.2} s for its whole run; API requests by method: {}.\n",
-        run.peak_rss_mib,
-        run.cpu_seconds,
-        by_method(run.requests_by_method.clone())
-    );
+    if run.failure.is_none() {
+        let _ = write!(
+            text,
+            "\nPeak RSS {:.1} MiB; CPU {:.2} s for its whole run; API requests by method: {}.\n",
+            run.peak_rss_mib,
+            run.cpu_seconds,
+            by_method(run.requests_by_method.clone())
+        );
+    }
 }
 
 /// Converged objects over time, each operator vs the fair floor, per N, as SVG: the viewer's
