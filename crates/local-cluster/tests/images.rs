@@ -149,7 +149,7 @@ fn every_image_is_named_as_the_manifests_name_it_and_runs_what_it_is_for() {
     let sources = local_cluster::repo_root().join("hack/k8s-tools");
     let tools = Tools::ensure(&sources).unwrap();
     let images = Images::ensure(&tools, &sources).unwrap();
-    assert_eq!(images.images.len(), 9, "{:?}", images.images);
+    assert_eq!(images.images.len(), 10, "{:?}", images.images);
     let archives: Vec<Archive> = images.images.iter().map(read_archive).collect();
     for (image, archive) in images.images.iter().zip(&archives) {
         assert!(image.archive.starts_with(&images.dir));
