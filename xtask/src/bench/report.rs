@@ -69,10 +69,12 @@ pub fn markdown(report: &Report) -> String {
 fn operator_section(text: &mut String, run: &OperatorRun) {
     let _ = write!(text, "\n### {}\n\n`{}`\n\n", run.name, run.command);
     if let Some(failure) = &run.failure {
-        let _ = write!(
-            text,
-            "**Failed:** {failure}. The rounds it finished before that are below.\n\n"
-        );
+        let _ = write!(text, "**Failed:** {failure}.");
+        if run.myapp.is_empty() {
+            text.push_str(" It finished no round.\n");
+            return;
+        }
+        text.push_str(" The rounds it finished before that are below.\n\n");
     }
     text.push_str("| N MyApps | children (a) | fair floor | (a) / fair | ratios | floor | (a) / floor | all Ready (b) | fair floor Ready | all Ready | requests per MyApp | steady writes | steady reads | settled RSS |\n");
     text.push_str("|---:|---:|---:|---:|---|---:|---:|---:|---:|:--:|---|---:|---:|---:|\n");
