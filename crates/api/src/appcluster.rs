@@ -69,7 +69,8 @@ pub struct AppClusterStatus {
     /// Ready is the number of the AppCluster's Pods that are Ready.
     #[serde(default)]
     pub ready: i32,
-    /// Conditions represent the latest available observations of the AppCluster's state.
+    /// Conditions: Ready (`size` Pods, all ready), Progressing (Pods being created, replaced or
+    /// removed), Degraded (the last reconcile failed: its reason and message).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

@@ -254,7 +254,8 @@ pub struct EtcdClusterStatus {
     /// TargetVersion is the version being rolled out, while an upgrade is in progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_version: Option<String>,
-    /// Conditions: Available (healthy members hold a quorum), Progressing, Degraded.
+    /// Conditions: Ready (available, settled and not degraded: what `kubectl wait` reads),
+    /// Available (healthy members hold a quorum), Progressing, Degraded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

@@ -222,7 +222,8 @@ impl MyAppSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct MyAppStatus {
-    /// Conditions represent the latest available observations of the MyApp's state.
+    /// Conditions: Ready (every replica of the current spec ready), Progressing (a rollout under
+    /// way), Degraded (the last reconcile failed: its reason and message).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

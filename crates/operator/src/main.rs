@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[command(
     name = "app-operator",
     version,
-    about = "Kubernetes operator for MyApp, AppCluster and Sample resources"
+    about = "Kubernetes operator for MyApp, AppCluster, Sample, EtcdCluster, EtcdBackup and SampleDB resources"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -285,6 +285,22 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         for wrong in ["", "10", "s", "10x", "1.5s", "0s", "-1s"] {
             assert!(parse_duration(wrong).is_err(), "{wrong}");
+        }
+    }
+
+    /// `--help` names every kind the binary serves.
+    #[test]
+    fn the_help_names_every_kind() {
+        let about = <Cli as clap::CommandFactory>::command()
+            .get_about()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        for crd in app_operator::api::crds() {
+            let kind = &crd.spec.names.kind;
+            assert!(
+                about.contains(kind.as_str()),
+                "--help lacks {kind}: {about}"
+            );
         }
     }
 

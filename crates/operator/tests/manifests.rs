@@ -79,6 +79,19 @@ fn every_kind_reads_well_in_kubectl() {
             .and_then(|status| status.properties.as_ref())
             .is_some_and(|p| p.contains_key("conditions"));
         if has_conditions {
+            // `kubectl explain <kind>.status.conditions` names the condition `kubectl wait` reads.
+            let conditions = schema
+                .properties
+                .as_ref()
+                .and_then(|p| p.get("status"))
+                .and_then(|status| status.properties.as_ref())
+                .and_then(|p| p.get("conditions"))
+                .and_then(|c| c.description.clone())
+                .unwrap_or_default();
+            assert!(
+                conditions.contains("Ready"),
+                "{kind}'s conditions doc: {conditions:?}"
+            );
             for (name, field) in [("Ready", "status"), ("Status", "message")] {
                 let path = format!(".status.conditions[?(@.type==\"Ready\")].{field}");
                 assert!(
