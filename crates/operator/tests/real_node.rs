@@ -20,7 +20,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams, LogParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use testkit::{TestNamespace, eventually, kubectl, kubectl_ok, running_and_ready};
@@ -268,15 +268,25 @@ async fn every_sample_is_ready_in_a_namespace_that_enforces_restricted() {
     assert!(!warned.contains("violates PodSecurity"), "{warned}");
     // The deployed operator did all of it with its own ClusterRole, within the admission policy
     // that leaves it only its own objects: not one of its requests for this namespace refused.
-    let logs = kubectl_ok(&[
-        "logs",
-        "-n",
-        OPERATOR_NAMESPACE,
-        "-l",
-        "control-plane=controller-manager",
-        "--tail=-1",
-        "--prefix",
-    ]);
+    // The Pods whose container runs (another test deletes the leader: its successor may still
+    // be starting).
+    let operator_pods: Api<Pod> = Api::namespaced(ns.client.clone(), OPERATOR_NAMESPACE);
+    let running = operator_pods
+        .list(&ListParams::default().labels("control-plane=controller-manager"))
+        .await
+        .unwrap();
+    let mut logs = String::new();
+    for pod in running.items.iter().filter(|pod| running_and_ready(pod)) {
+        match operator_pods
+            .logs(&pod.name_any(), &LogParams::default())
+            .await
+        {
+            Ok(log) => logs.push_str(&log),
+            // Deleted since the list.
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => panic!("the logs of {}: {error}", pod.name_any()),
+        }
+    }
     let refusals: Vec<&str> = logs
         .lines()
         .filter(|line| line.contains(&ns.name) && line.to_lowercase().contains("forbidden"))
