@@ -86,7 +86,7 @@ fn advisory_db(repo: &Path) -> Result<()> {
     if db.exists() {
         fs::remove_dir_all(&db).with_context(|| format!("removing {}", db.display()))?;
     }
-    copy_dir(&snapshot, &db.join("crates"))?;
+    local_cluster::copy_dir(&snapshot, &db.join("crates"))?;
     let git = db.join(".git");
     fs::create_dir_all(&git)?;
     let fetch_head = git.join("FETCH_HEAD");
@@ -97,19 +97,4 @@ fn advisory_db(repo: &Path) -> Result<()> {
         .open(&fetch_head)?
         .set_modified(taken)
         .with_context(|| format!("dating {}", fetch_head.display()))
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
-    for entry in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            fs::copy(entry.path(), &target)
-                .with_context(|| format!("copying {}", entry.path().display()))?;
-        }
-    }
-    Ok(())
 }

@@ -30,3 +30,19 @@ pub fn repo_root() -> PathBuf {
         .canonicalize()
         .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")))
 }
+
+/// Copies the directory `from` to `to`, files and subdirectories, creating `to` and its parents.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> Result<(), Error> {
+    std::fs::create_dir_all(to).map_err(Error::io("creating", to))?;
+    for entry in std::fs::read_dir(from).map_err(Error::io("reading", from))? {
+        let entry = entry.map_err(Error::io("reading", from))?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type().map_err(Error::io("reading", &source))?;
+        if kind.is_dir() {
+            copy_dir(&source, &target)?;
+        } else {
+            std::fs::copy(&source, &target).map_err(Error::io("copying", &source))?;
+        }
+    }
+    Ok(())
+}

@@ -418,7 +418,7 @@ fn the_helm_charts_metrics_certificate_is_mounted_and_verified() {
 fn the_kustomize_certmanager_option_mounts_and_verifies_the_metrics_certificate() {
     let scratch = std::env::temp_dir().join(format!("certmanager-{}", std::process::id()));
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config");
-    copy_dir(std::path::Path::new(config), &scratch.join("config"));
+    local_cluster::copy_dir(std::path::Path::new(config), &scratch.join("config")).unwrap();
     let kustomization = scratch.join("config/default/kustomization.yaml");
     let uncommented: String = std::fs::read_to_string(&kustomization)
         .unwrap()
@@ -443,18 +443,6 @@ fn the_kustomize_certmanager_option_mounts_and_verifies_the_metrics_certificate(
     ]);
     std::fs::remove_dir_all(&scratch).unwrap();
     assert_metrics_certificate_used(&documents(&rendered), false);
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &to.join(entry.file_name()));
-        } else {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-        }
-    }
 }
 
 /// `helm install` watching one namespace: the notes say how to check it and about CRD upgrades,
