@@ -36,6 +36,15 @@ const NO_DOWNGRADE_RULE: &str = "!isSemver(self, true) || !isSemver(oldSelf, tru
 /// own rule keeps its value).
 const RESTORE_AT_CREATION_RULE: &str = "has(self.spec.restore) == has(oldSelf.spec.restore)";
 
+/// CEL on the whole object: TLS is neither turned on nor off after creation (members' URLs
+/// carry the scheme, and etcd cannot move a running member between them).
+const TLS_AT_CREATION_RULE: &str = "has(self.spec.TLS) == has(oldSelf.spec.TLS)";
+
+/// CEL on `static`: clients (the operator among them) speak TLS exactly when the members serve
+/// it, and a member serving TLS asks clients for a certificate, so the operator needs one.
+const CLIENT_TLS_RULE: &str =
+    "has(self.operatorSecret) == (has(self.member) && has(self.member.serverSecret))";
+
 /// CEL: the labels the operator selects its Pods by stay its own.
 const RESERVED_LABELS_RULE: &str = "!('app' in self) && self.all(k, !k.startsWith('etcd_'))";
 
@@ -86,7 +95,8 @@ const RESERVED_LABELS_RULE: &str = "!('app' in self) && self.all(k, !k.startsWit
     validation = Rule::new(NAME_RULE).message(
         "metadata.name must be at most 52 characters of lowercase letters, digits and '-', start with a letter and end with a letter or digit: member Pods are named <name>-<10 characters> and used as hostnames"
     ),
-    validation = Rule::new(RESTORE_AT_CREATION_RULE).message("spec.restore is set at creation and cannot change")
+    validation = Rule::new(RESTORE_AT_CREATION_RULE).message("spec.restore is set at creation and cannot change"),
+    validation = Rule::new(TLS_AT_CREATION_RULE).message("spec.TLS is set at creation and cannot change: create a new cluster (from a backup) to turn TLS on or off")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterSpec {
@@ -120,6 +130,83 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.restore is set at creation and cannot change"))]
     pub restore: Option<RestoreSource>,
+
+    /// TLS makes the members speak TLS to each other and to clients, with certificates from
+    /// Secrets the user provides (the coreos operator's `static` policy). Set at creation only;
+    /// the Secrets' contents may be rotated at any time: etcd reads its certificate files on
+    /// every handshake, and the kubelet updates the mounted files.
+    #[serde(rename = "TLS", default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.TLS is set at creation and cannot change: create a new cluster (from a backup) to turn TLS on or off"))]
+    pub tls: Option<TlsPolicy>,
+}
+
+/// TLSPolicy says where the members' and the operator's certificates come from.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TlsPolicy {
+    /// Static certificates, in Secrets the user creates (and rotates).
+    #[serde(rename = "static", default, skip_serializing_if = "Option::is_none")]
+    pub static_tls: Option<StaticTls>,
+}
+
+/// StaticTLS names the Secrets, all in the cluster's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(CLIENT_TLS_RULE).message("TLS.static.operatorSecret and TLS.static.member.serverSecret are set together: members serving TLS ask every client for a certificate, the operator's included"))]
+pub struct StaticTls {
+    /// Member names the Secrets of the members' own certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<MemberSecret>,
+    /// OperatorSecret is the Secret of the client certificate the operator (and its backup
+    /// Jobs) present to the members: keys `etcd-client.crt`, `etcd-client.key` and
+    /// `etcd-client-ca.crt` (the CA that signed the members' server certificates). Set together
+    /// with `member.serverSecret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub operator_secret: Option<String>,
+}
+
+/// MemberSecret names the Secrets each member's certificates are in.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberSecret {
+    /// PeerSecret is the Secret of the certificate members present to each other: keys
+    /// `peer.crt`, `peer.key` and `peer-ca.crt` (the CA peers are verified against). Its
+    /// certificate is used as server and as client (extended key usages serverAuth and
+    /// clientAuth) and names every member: `*.<cluster>.<namespace>.svc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub peer_secret: Option<String>,
+    /// ServerSecret is the Secret of the certificate members serve clients with: keys
+    /// `server.crt`, `server.key` and `server-ca.crt` (the CA client certificates are verified
+    /// against). It names every member (`*.<cluster>.<namespace>.svc`) and the client Service
+    /// (`<cluster>-client.<namespace>.svc`), and has both serverAuth and clientAuth usages
+    /// (etcd's gateway dials its own server with it). Clients must present a certificate signed
+    /// by that CA. The members' health is then served on plain HTTP on port 2381 (`/health`,
+    /// `/livez`, `/metrics`: no data) for the kubelet's probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub server_secret: Option<String>,
+}
+
+impl EtcdClusterSpec {
+    fn static_tls(&self) -> Option<&StaticTls> {
+        self.tls.as_ref()?.static_tls.as_ref()
+    }
+
+    /// The Secret of the members' peer certificate, when peers speak TLS.
+    pub fn peer_tls_secret(&self) -> Option<&str> {
+        self.static_tls()?.member.as_ref()?.peer_secret.as_deref()
+    }
+
+    /// The Secret of the members' server certificate, when clients speak TLS.
+    pub fn server_tls_secret(&self) -> Option<&str> {
+        self.static_tls()?.member.as_ref()?.server_secret.as_deref()
+    }
+
+    /// The Secret of the operator's client certificate, when clients speak TLS.
+    pub fn operator_tls_secret(&self) -> Option<&str> {
+        self.static_tls()?.operator_secret.as_deref()
+    }
 }
 
 /// RestoreSource names the snapshot a new cluster starts from.

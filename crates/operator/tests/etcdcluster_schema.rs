@@ -153,4 +153,33 @@ async fn bad_input_is_refused_at_apply_with_the_schemas_message() {
         &with_spec("versions", "  size: 1\n  version: 3.6.16\n"),
     );
     assert!(ok, "an upgrade is accepted: {out}");
+
+    // TLS: the operator's certificate exactly when members serve clients TLS; set at creation.
+    let tls = |fields: &str| format!("  size: 1\n  TLS:\n    static:\n{fields}");
+    let operator_only = tls("      operatorSecret: op\n");
+    let server_only = tls("      member:\n        serverSecret: srv\n");
+    for spec in [&operator_only, &server_only] {
+        let (ok, out) = apply(&ns, &with_spec("tls", spec));
+        assert!(
+            !ok && out.contains(
+                "TLS.static.operatorSecret and TLS.static.member.serverSecret are set together"
+            ),
+            "{spec}: {out}"
+        );
+    }
+    let full = tls(
+        "      member:\n        peerSecret: peer\n        serverSecret: srv\n      operatorSecret: op\n",
+    );
+    let (ok, out) = apply(&ns, &with_spec("tls", &full));
+    assert!(ok, "{out}");
+    let (ok, out) = apply(&ns, &with_spec("tls", "  size: 1\n"));
+    assert!(!ok && out.contains("spec.TLS is set at creation"), "{out}");
+    let (ok, out) = apply(
+        &ns,
+        &with_spec(
+            "versions",
+            &full.replace("size: 1", "size: 1\n  version: 3.6.16"),
+        ),
+    );
+    assert!(!ok && out.contains("spec.TLS is set at creation"), "{out}");
 }

@@ -505,7 +505,8 @@ async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
     let role = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/rbac/role.yaml");
     let role_text = std::fs::read_to_string(role).unwrap();
     assert!(!role_text.contains('*'), "the ClusterRole has a wildcard");
-    // Of Secrets, only `create` (a SampleDB's generated credentials): never reading one.
+    // Of Secrets, only `get` by name (a TLS EtcdCluster's client certificate) and `create` (a
+    // SampleDB's generated credentials): never listing or watching them.
     let rules: serde_json::Value = serde_norway::from_str(&role_text).unwrap();
     for rule in rules["rules"].as_array().unwrap() {
         if rule["resources"]
@@ -516,8 +517,8 @@ async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
         {
             assert_eq!(
                 rule["verbs"],
-                json!(["create"]),
-                "the ClusterRole reads Secrets"
+                json!(["get", "create"]),
+                "the ClusterRole lists, watches or changes Secrets"
             );
         }
     }
@@ -600,7 +601,7 @@ async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
         operator.log()
     );
 
-    // And no more: no Secrets, no deleting Namespaces, no RBAC objects.
+    // And no more: no listing Secrets, no deleting Namespaces, no RBAC objects.
     let identity =
         client_with_token(&testkit::service_account_token(&ns.name, "app-operator").await).await;
     let forbidden = |result: Result<(), kube::Error>| match result {
@@ -611,7 +612,7 @@ async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
         kube::Api::namespaced(identity.clone(), &ns.name);
     assert!(
         forbidden(secrets.list(&ListParams::default()).await.map(|_| ())),
-        "may read Secrets"
+        "may list Secrets"
     );
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
         kube::Api::all(identity.clone());

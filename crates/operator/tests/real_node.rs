@@ -911,6 +911,308 @@ async fn an_etcd_cluster_restored_from_an_etcdbackup_holds_every_acknowledged_wr
         .assert_kept("etcd backed up and restored into a new cluster");
 }
 
+/// One CA and the certificates a user makes for TLS EtcdClusters `clusters` in a namespace, in
+/// the coreos operator's Secrets: `etcd-peer`, `etcd-server` and `etcd-operator`.
+struct EtcdCertificates {
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    /// What the members' certificates name: every member and client Service of `clusters`.
+    names: Vec<String>,
+}
+
+/// A certificate and its key, in PEM, and the certificate as served (DER).
+struct Leaf {
+    cert: String,
+    key: String,
+    der: rustls_pki_types::CertificateDer<'static>,
+}
+
+impl EtcdCertificates {
+    fn new(namespace: &str, clusters: &[&str]) -> EtcdCertificates {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "etcd test CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        let names = clusters
+            .iter()
+            .flat_map(|c| {
+                [
+                    format!("*.{c}.{namespace}.svc"),
+                    format!("{c}-client.{namespace}.svc"),
+                ]
+            })
+            .collect();
+        EtcdCertificates { ca, names }
+    }
+
+    /// A new certificate from the CA: a member's (both usages, naming the members) or a client's.
+    fn leaf(&self, member: bool) -> Leaf {
+        use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+        let names = if member {
+            self.names.clone()
+        } else {
+            Vec::new()
+        };
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params.extended_key_usages = if member {
+            vec![ServerAuth, ClientAuth]
+        } else {
+            vec![ClientAuth]
+        };
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            if member {
+                "etcd member"
+            } else {
+                "app-operator"
+            },
+        );
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        Leaf {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+            der: cert.der().clone(),
+        }
+    }
+
+    /// Creates the three Secrets in `ns`; returns the server certificate.
+    async fn create_secrets(&self, ns: &TestNamespace) -> Leaf {
+        let ca = self.ca.pem();
+        let (peer, server, client) = (self.leaf(true), self.leaf(true), self.leaf(false));
+        for (name, prefix, leaf) in [
+            ("etcd-peer", "peer", &peer),
+            ("etcd-server", "server", &server),
+            ("etcd-operator", "etcd-client", &client),
+        ] {
+            let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+                "metadata": { "name": name },
+                "stringData": {
+                    format!("{prefix}.crt"): leaf.cert,
+                    format!("{prefix}.key"): leaf.key,
+                    format!("{prefix}-ca.crt"): ca,
+                }
+            }))
+            .unwrap();
+            ns.api().create(&Default::default(), &secret).await.unwrap();
+        }
+        server
+    }
+
+    /// A client trusting the CA, presenting a client certificate from it or none.
+    fn client_config(&self, with_certificate: bool) -> rustls::ClientConfig {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.der().clone()).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        if !with_certificate {
+            return builder.with_no_client_auth();
+        }
+        use rustls_pki_types::pem::PemObject;
+        let client = self.leaf(false);
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(client.key.as_bytes()).unwrap();
+        builder
+            .with_client_auth_cert(vec![client.der], key)
+            .unwrap()
+    }
+}
+
+/// The certificate the member at `ip` serves clients, verified as `server_name`'s.
+async fn served_certificate(
+    config: &rustls::ClientConfig,
+    ip: &str,
+    server_name: &str,
+) -> Option<rustls_pki_types::CertificateDer<'static>> {
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config.clone()));
+    let tcp = tokio::net::TcpStream::connect((ip, 2379)).await.ok()?;
+    let name = rustls_pki_types::ServerName::try_from(server_name.to_owned()).ok()?;
+    let tls = connector.connect(name, tcp).await.ok()?;
+    tls.get_ref().1.peer_certificates()?.first().cloned()
+}
+
+/// EtcdCluster `name` of `size` members on TLS with the Secrets of [`EtcdCertificates`].
+fn tls_etcd_cluster(name: &str, size: i64, restore: Option<&str>) -> serde_json::Value {
+    let mut spec = json!({
+        "size": size, "version": "3.6.16",
+        "TLS": { "static": {
+            "member": { "peerSecret": "etcd-peer", "serverSecret": "etcd-server" },
+            "operatorSecret": "etcd-operator"
+        }}
+    });
+    if let Some(backup) = restore {
+        spec["restore"] = json!({ "backupName": backup });
+    }
+    json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": { "name": name }, "spec": spec
+    })
+}
+
+/// etcd over TLS (`spec.TLS.static`, certificates made here): the cluster waits, Degraded, for
+/// its Secrets; then members refuse plain text on both ports and clients without a certificate,
+/// the operator manages them with its client certificate, an EtcdBackup snapshots them and a
+/// new TLS cluster restores every acknowledged write; a rotated server certificate is served by
+/// every member without a restart, while every acknowledged write is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_over_tls_refuses_plain_text_restores_a_backup_and_serves_a_rotated_certificate() {
+    use testkit::etcd_store::EtcdStore;
+    let ns = TestNamespace::new("real-etcd-tls").await;
+    let certificates = EtcdCertificates::new(&ns.name, &["secure", "restored"]);
+    apply(&ns, &tls_etcd_cluster("secure", 3, None));
+    field_reaches(
+        &ns,
+        "etcd/secure",
+        "{.status.conditions[?(@.type==\"Degraded\")].reason}",
+        "TLSSecretNotFound",
+    )
+    .await;
+    certificates.create_secrets(&ns).await;
+    etcd_settled(&ns, "secure", 3).await;
+
+    let client = certificates.client_config(true);
+    let address = service_address(&ns, "secure-client").await;
+    let store = std::sync::Arc::new(
+        EtcdStore::tls(
+            format!("https://{address}:2379"),
+            &format!("secure-client.{}.svc", ns.name),
+            client.clone(),
+        )
+        .unwrap(),
+    );
+    let writers = testkit::history::Writers::start(store.clone(), "kept/", 2);
+    let members = ready_pods(&ns, "etcd_cluster=secure", 3).await;
+    let member_ip = |pod: &Pod| pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    for pod in &members {
+        let ip = member_ip(pod);
+        for port in [2379, 2380] {
+            let plain = EtcdStore::new(format!("http://{ip}:{port}"))
+                .call("/v3/cluster/member/list", json!({}))
+                .await;
+            // Go's TLS server answers plain HTTP with a 400 saying so, or drops it; a plain
+            // server would answer with its own status (a refused connect: nothing listens).
+            let refused = plain.as_ref().is_err_and(|e| {
+                e.contains("HTTP request to an HTTPS server")
+                    || !(e.starts_with(|c: char| c.is_ascii_digit())
+                        || e.contains("Connection refused"))
+            });
+            assert!(
+                refused,
+                "{}:{port} answered plain text: {plain:?}",
+                pod.name_any()
+            );
+            println!("{}:{port} in plain text: {plain:?}", pod.name_any());
+        }
+        let server_name = format!("{}.secure.{}.svc", pod.name_any(), ns.name);
+        let anonymous = EtcdStore::tls(
+            format!("https://{ip}:2379"),
+            &server_name,
+            certificates.client_config(false),
+        )
+        .unwrap()
+        .call("/v3/cluster/member/list", json!({}))
+        .await;
+        assert!(
+            anonymous.is_err(),
+            "{} answered a client without a certificate: {anonymous:?}",
+            pod.name_any()
+        );
+        println!(
+            "{}: plain text refused on 2379 and 2380; no certificate: {anonymous:?}",
+            pod.name_any()
+        );
+    }
+
+    eventually(TIMEOUT, "some keys written", || async {
+        let keys = testkit::history::Store::read_all(&*store, "kept/")
+            .await
+            .ok()?;
+        (keys.len() >= 500).then_some(())
+    })
+    .await;
+    let history = writers.stop().await;
+    apply(
+        &ns,
+        &json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+            "metadata": { "name": "nightly" }, "spec": { "etcdCluster": { "name": "secure" } }
+        }),
+    );
+    field_reaches(&ns, "etcdbackup/nightly", "{.status.succeeded}", "true").await;
+    apply(&ns, &tls_etcd_cluster("restored", 1, Some("nightly")));
+    etcd_settled(&ns, "restored", 1).await;
+    let restored_address = service_address(&ns, "restored-client").await;
+    let restored = EtcdStore::tls(
+        format!("https://{restored_address}:2379"),
+        &format!("restored-client.{}.svc", ns.name),
+        client.clone(),
+    )
+    .unwrap();
+    let read = eventually(TIMEOUT, "every key read back", || async {
+        testkit::history::Store::read_all(&restored, "kept/")
+            .await
+            .ok()
+    })
+    .await;
+    history
+        .check(&read)
+        .assert_kept("etcd over TLS backed up and restored into a new TLS cluster");
+
+    // Rotation: a new server certificate from the same CA, while two clients write.
+    let writers = testkit::history::Writers::start(store.clone(), "rotated/", 2);
+    let before = member_pods(&ns, "secure").await;
+    let rotated = certificates.leaf(true);
+    merge_patch(
+        &ns,
+        "secret",
+        "etcd-server",
+        &json!({ "stringData": { "server.crt": rotated.cert, "server.key": rotated.key } }),
+    );
+    let rotated_at = Instant::now();
+    eventually(
+        Duration::from_secs(300),
+        "every member serving the rotated certificate",
+        || async {
+            for pod in &members {
+                let name = format!("{}.secure.{}.svc", pod.name_any(), ns.name);
+                if served_certificate(&client, &member_ip(pod), &name).await? != rotated.der {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    println!(
+        "every member served the rotated certificate {:.0}s after the Secret changed",
+        rotated_at.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        member_pods(&ns, "secure").await,
+        before,
+        "the same member Pods, all Ready: nothing restarted, the quorum held"
+    );
+    for pod in &members {
+        assert_eq!(
+            restarts(&ns, &pod.name_any()).await,
+            Some(0),
+            "{}",
+            pod.name_any()
+        );
+    }
+    read_back(
+        &store,
+        writers,
+        "rotated/",
+        "etcd over TLS while its server certificate rotated",
+    )
+    .await;
+}
+
 /// Merges `patch` into object `kind`/`name` in `ns`, as `kubectl patch --type=merge` does.
 fn merge_patch(ns: &TestNamespace, kind: &str, name: &str, patch: &serde_json::Value) {
     kubectl_ok(&[

@@ -1,5 +1,6 @@
 //! The history checker's [`Store`] for etcd: puts and ranges over etcd's v3 JSON gateway (on the
-//! client port), as any client of the cluster's client Service would send them.
+//! client port), as any client of the cluster's client Service would send them: in plain HTTP,
+//! or over TLS with a client certificate.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -15,20 +17,53 @@ use serde_json::{Value, json};
 
 use crate::history::Store;
 
-/// etcd behind `endpoint` (`http://address:2379`).
+/// etcd behind `endpoint` (`http://address:2379`, or `https://` for [`EtcdStore::tls`]).
 pub struct EtcdStore {
     endpoint: String,
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Http,
+}
+
+enum Http {
+    Plain(Client<HttpConnector, Full<Bytes>>),
+    Tls(Client<HttpsConnector<HttpConnector>, Full<Bytes>>),
+}
+
+fn connector() -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(std::time::Duration::from_secs(2)));
+    connector
 }
 
 impl EtcdStore {
     pub fn new(endpoint: impl Into<String>) -> EtcdStore {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(std::time::Duration::from_secs(2)));
         EtcdStore {
             endpoint: endpoint.into(),
-            http: Client::builder(TokioExecutor::new()).build(connector),
+            http: Http::Plain(Client::builder(TokioExecutor::new()).build(connector())),
         }
+    }
+
+    /// etcd at `endpoint` (`https://address:2379`) over TLS as `config` says (its CA, its
+    /// client certificate if any), verifying the server's certificate names `server_name`
+    /// (an address's certificate names the Services and members, not the address).
+    pub fn tls(
+        endpoint: impl Into<String>,
+        server_name: &str,
+        config: rustls::ClientConfig,
+    ) -> Result<EtcdStore, String> {
+        let name = rustls_pki_types::ServerName::try_from(server_name.to_owned())
+            .map_err(|e| format!("{server_name}: {e}"))?;
+        let mut plain = connector();
+        plain.enforce_http(false);
+        let https = HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_only()
+            .with_server_name_resolver(FixedServerNameResolver::new(name))
+            .enable_http1()
+            .wrap_connector(plain);
+        Ok(EtcdStore {
+            endpoint: endpoint.into(),
+            http: Http::Tls(Client::builder(TokioExecutor::new()).build(https)),
+        })
     }
 
     /// `POST path` with `body` as JSON: the answer's JSON.
@@ -37,11 +72,11 @@ impl EtcdStore {
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| e.to_string())?;
-        let answer = self
-            .http
-            .request(request)
-            .await
-            .map_err(|e| e.to_string())?;
+        let answer = match &self.http {
+            Http::Plain(http) => http.request(request).await,
+            Http::Tls(http) => http.request(request).await,
+        }
+        .map_err(|e| error_chain(&e))?;
         let status = answer.status();
         let body = answer
             .into_body()
@@ -54,6 +89,18 @@ impl EtcdStore {
         }
         serde_json::from_slice(&body).map_err(|e| e.to_string())
     }
+}
+
+/// The error and its causes: a refused TLS handshake says why only in them.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn encode(text: &str) -> String {

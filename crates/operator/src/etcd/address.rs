@@ -43,21 +43,30 @@ impl Addressing {
         }
     }
 
-    pub fn peer_url(self, cluster: &str, namespace: &str, pod: &str) -> String {
-        format!("http://{}:{PEER_PORT}", self.host(cluster, namespace, pod))
-    }
-
-    pub fn client_url(self, cluster: &str, namespace: &str, pod: &str) -> String {
+    /// The member's peer URL: `https` when peers speak TLS.
+    pub fn peer_url(self, cluster: &str, namespace: &str, pod: &str, tls: bool) -> String {
         format!(
-            "http://{}:{CLIENT_PORT}",
+            "{}://{}:{PEER_PORT}",
+            scheme(tls),
             self.host(cluster, namespace, pod)
         )
     }
 
-    /// The Pod name of the member registered with `peer_url`, if it is one of this cluster's.
+    /// The member's client URL: `https` when clients speak TLS.
+    pub fn client_url(self, cluster: &str, namespace: &str, pod: &str, tls: bool) -> String {
+        format!(
+            "{}://{}:{CLIENT_PORT}",
+            scheme(tls),
+            self.host(cluster, namespace, pod)
+        )
+    }
+
+    /// The Pod name of the member registered with `peer_url` (either scheme), if it is one of
+    /// this cluster's.
     pub fn pod_of_peer_url(self, cluster: &str, namespace: &str, peer_url: &str) -> Option<String> {
         let host = peer_url
-            .strip_prefix("http://")?
+            .strip_prefix("http://")
+            .or_else(|| peer_url.strip_prefix("https://"))?
             .strip_suffix(&format!(":{PEER_PORT}"))?;
         match self {
             Addressing::ClusterDns => {
@@ -87,6 +96,10 @@ impl Addressing {
             }
         }
     }
+}
+
+fn scheme(tls: bool) -> &'static str {
+    if tls { "https" } else { "http" }
 }
 
 /// Whether `pod` is named like one of `cluster`'s members.
@@ -147,11 +160,21 @@ mod tests {
         let dns = Addressing::ClusterDns;
         let pod = dns.new_pod_name("example", 0x1234_5678_9abc);
         assert!(is_member_pod_name("example", &pod), "{pod}");
-        let url = dns.peer_url("example", "ns", &pod);
+        let url = dns.peer_url("example", "ns", &pod, false);
         assert_eq!(url, format!("http://{pod}.example.ns.svc:2380"));
         assert_eq!(
             dns.pod_of_peer_url("example", "ns", &url),
             Some(pod.clone())
+        );
+        let tls = dns.peer_url("example", "ns", &pod, true);
+        assert_eq!(tls, format!("https://{pod}.example.ns.svc:2380"));
+        assert_eq!(
+            dns.pod_of_peer_url("example", "ns", &tls),
+            Some(pod.clone())
+        );
+        assert_eq!(
+            dns.client_url("example", "ns", &pod, true),
+            format!("https://{pod}.example.ns.svc:2379")
         );
         assert_eq!(dns.pod_of_peer_url("other", "ns", &url), None);
         assert_eq!(dns.listen_host("example", "ns", &pod), "0.0.0.0");
@@ -169,7 +192,7 @@ mod tests {
             assert!(ip.is_loopback() && ip != Ipv4Addr::LOCALHOST, "{ip}");
             assert_ne!(ip.octets()[3], 255, "{ip}");
             assert!(seen.insert(host.clone()), "{host} twice");
-            let url = lo.peer_url("example", "ns", &pod);
+            let url = lo.peer_url("example", "ns", &pod, false);
             assert_eq!(lo.pod_of_peer_url("example", "ns", &url), Some(pod));
         }
     }

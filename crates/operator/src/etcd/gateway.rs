@@ -5,12 +5,14 @@
 //! `isLearner`, `dbSize`, but the header's `cluster_id`, `member_id`. uint64 and int64 values are
 //! JSON strings, and fields that are zero, false or empty are left out.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -19,6 +21,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::json;
 
 use super::resolve::MemberResolver;
+use super::tls::ClientTls;
 use super::{AddedMember, EtcdApi, EtcdError, Member, Status};
 
 const MEMBER_LIST: &str = "/v3/cluster/member/list";
@@ -53,11 +56,31 @@ impl Default for GatewaySettings {
     }
 }
 
-/// The etcd client over the JSON gateway (plain HTTP only). Cheap to clone; connections are pooled.
+/// The etcd client over the JSON gateway: plain HTTP, or HTTPS with a client certificate for a
+/// cluster whose members serve TLS ([`EtcdApi::with_client_tls`]). Cheap to clone; connections
+/// are pooled.
 #[derive(Clone, Debug)]
 pub struct EtcdGateway {
-    http: Client<HttpConnector<MemberResolver>, Full<Bytes>>,
+    http: Http,
+    resolver: MemberResolver,
     settings: GatewaySettings,
+}
+
+/// One scheme per client: a TLS cluster is never spoken to in plain text, nor a plain one with
+/// a certificate it did not ask for.
+#[derive(Clone, Debug)]
+enum Http {
+    Plain(Client<HttpConnector<MemberResolver>, Full<Bytes>>),
+    Tls(Client<HttpsConnector<HttpConnector<MemberResolver>>, Full<Bytes>>),
+}
+
+impl Http {
+    fn scheme(&self) -> &'static str {
+        match self {
+            Http::Plain(_) => "http",
+            Http::Tls(_) => "https",
+        }
+    }
 }
 
 /// What a call does, deciding whether a failed endpoint may be replaced by the next one.
@@ -74,15 +97,27 @@ impl EtcdGateway {
 
     /// A client that resolves member names with `resolver` (the cluster's DNS, from outside it).
     pub fn with_resolver(settings: GatewaySettings, resolver: MemberResolver) -> EtcdGateway {
-        let mut connector = HttpConnector::new_with_resolver(resolver);
-        connector.set_connect_timeout(Some(settings.connect_timeout));
-        connector.set_nodelay(true);
-        let http = Client::builder(TokioExecutor::new())
-            // A member killed and restarted leaves dead pooled connections behind; keep few.
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(2)
-            .build(connector);
-        EtcdGateway { http, settings }
+        let http = Http::Plain(client().build(connector(&settings, &resolver)));
+        EtcdGateway {
+            http,
+            resolver,
+            settings,
+        }
+    }
+
+    /// The same client speaking only HTTPS, presenting `tls`'s certificate.
+    pub fn tls(&self, tls: &ClientTls) -> EtcdGateway {
+        let mut connector = connector(&self.settings, &self.resolver);
+        connector.enforce_http(false);
+        let https = HttpsConnectorBuilder::new()
+            .with_tls_config(tls.config().clone())
+            .https_only()
+            .enable_http1()
+            .wrap_connector(connector);
+        EtcdGateway {
+            http: Http::Tls(client().build(https)),
+            ..self.clone()
+        }
     }
 
     /// Promotes or removes member `id` (`path`); returns the members after the change.
@@ -129,7 +164,7 @@ impl EtcdGateway {
         body: &serde_json::Value,
         leader_required: bool,
     ) -> Result<T, EtcdError> {
-        let uri = endpoint_uri(endpoint, path)?;
+        let uri = endpoint_uri(endpoint, path, self.http.scheme())?;
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(uri)
@@ -147,7 +182,11 @@ impl EtcdGateway {
             })?;
 
         let exchange = async {
-            let response = self.http.request(request).await.map_err(|error| {
+            let response = match &self.http {
+                Http::Plain(http) => http.request(request).await,
+                Http::Tls(http) => http.request(request).await,
+            };
+            let response = response.map_err(|error| {
                 if error.is_connect() {
                     EtcdError::Unreachable {
                         endpoints: vec![endpoint.to_owned()],
@@ -189,7 +228,31 @@ impl Default for EtcdGateway {
     }
 }
 
+/// The TCP connector: members' names resolved by `resolver`, connects bounded in time.
+fn connector(
+    settings: &GatewaySettings,
+    resolver: &MemberResolver,
+) -> HttpConnector<MemberResolver> {
+    let mut connector = HttpConnector::new_with_resolver(resolver.clone());
+    connector.set_connect_timeout(Some(settings.connect_timeout));
+    connector.set_nodelay(true);
+    connector
+}
+
+fn client() -> hyper_util::client::legacy::Builder {
+    let mut builder = Client::builder(TokioExecutor::new());
+    // A member killed and restarted leaves dead pooled connections behind; keep few.
+    builder
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(2);
+    builder
+}
+
 impl EtcdApi for EtcdGateway {
+    fn with_client_tls(&self, tls: &ClientTls) -> Arc<dyn EtcdApi> {
+        Arc::new(self.tls(tls))
+    }
+
     fn members<'a>(
         &'a self,
         endpoints: &'a [String],
@@ -283,8 +346,9 @@ fn combine(failures: Vec<EtcdError>) -> EtcdError {
     }
 }
 
-/// `endpoint` + `path` as a URI, refusing what this client cannot talk to (TLS, no host).
-fn endpoint_uri(endpoint: &str, path: &str) -> Result<Uri, EtcdError> {
+/// `endpoint` + `path` as a URI, refusing what this client cannot talk to (another scheme than
+/// `scheme`, no host).
+fn endpoint_uri(endpoint: &str, path: &str, scheme: &str) -> Result<Uri, EtcdError> {
     let invalid = |reason: String| EtcdError::InvalidEndpoint {
         endpoint: endpoint.to_owned(),
         reason,
@@ -292,8 +356,11 @@ fn endpoint_uri(endpoint: &str, path: &str) -> Result<Uri, EtcdError> {
     let uri: Uri = format!("{}{path}", endpoint.trim_end_matches('/'))
         .parse()
         .map_err(|e: http::uri::InvalidUri| invalid(e.to_string()))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(invalid("only http:// endpoints are supported".into()));
+    if uri.scheme_str() != Some(scheme) {
+        return Err(invalid(match scheme {
+            "https" => "the cluster speaks TLS (spec.TLS): only https:// endpoints".to_owned(),
+            _ => "the cluster does not speak TLS (no spec.TLS): only http:// endpoints".to_owned(),
+        }));
     }
     if uri.host().is_none_or(str::is_empty) {
         return Err(invalid("no host".into()));
@@ -620,21 +687,25 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_http_endpoints_are_used() {
-        let uri = endpoint_uri("http://10.0.0.1:2379/", MEMBER_LIST).map(|u| u.to_string());
-        assert_eq!(
-            uri,
-            Ok("http://10.0.0.1:2379/v3/cluster/member/list".to_owned())
-        );
-        for endpoint in [
-            "https://10.0.0.1:2379",
-            "10.0.0.1:2379",
-            "http://",
-            "http://a b",
+    fn only_endpoints_of_the_clients_own_scheme_are_used() {
+        for scheme in ["http", "https"] {
+            let uri = endpoint_uri(&format!("{scheme}://10.0.0.1:2379/"), MEMBER_LIST, scheme)
+                .map(|u| u.to_string());
+            assert_eq!(
+                uri,
+                Ok(format!("{scheme}://10.0.0.1:2379/v3/cluster/member/list"))
+            );
+        }
+        for (endpoint, scheme) in [
+            ("https://10.0.0.1:2379", "http"),
+            ("http://10.0.0.1:2379", "https"),
+            ("10.0.0.1:2379", "http"),
+            ("http://", "http"),
+            ("http://a b", "http"),
         ] {
             assert!(
                 matches!(
-                    endpoint_uri(endpoint, MEMBER_LIST),
+                    endpoint_uri(endpoint, MEMBER_LIST, scheme),
                     Err(EtcdError::InvalidEndpoint { .. })
                 ),
                 "{endpoint}"

@@ -2,12 +2,14 @@
 //! promote, remove) and one member's status.
 //!
 //! [`EtcdApi`] is what a controller holds (`Arc<dyn EtcdApi>`), so its tests can swap in a fake;
-//! [`EtcdGateway`] is the real one, over etcd's v3 JSON gateway (plain HTTP). Its errors are
+//! [`EtcdGateway`] is the real one, over etcd's v3 JSON gateway (HTTP, or HTTPS with a client
+//! certificate). Its errors are
 //! [`EtcdError`]s: a variant for each refusal a controller can act on, in etcd's own words.
 
 pub mod address;
 mod gateway;
 mod resolve;
+pub mod tls;
 pub mod version;
 
 use futures::future::{BoxFuture, join_all};
@@ -15,6 +17,7 @@ use strum::IntoStaticStr;
 
 pub use gateway::{EtcdGateway, GatewaySettings};
 pub use resolve::{MemberDns, MemberResolver};
+pub use tls::ClientTls;
 
 /// One member of the cluster, as the member list shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +104,10 @@ pub async fn members_with_status(
 /// and sending it elsewhere could apply it twice). Boxed futures keep the trait usable as
 /// `dyn EtcdApi`.
 pub trait EtcdApi: Send + Sync {
+    /// The same client for a cluster whose members serve TLS: HTTPS only, presenting `tls`'s
+    /// certificate and trusting only its CA.
+    fn with_client_tls(&self, tls: &ClientTls) -> std::sync::Arc<dyn EtcdApi>;
+
     /// The members, read linearizably (a member cut off from the majority does not answer with a
     /// stale list; the next endpoint is asked).
     fn members<'a>(

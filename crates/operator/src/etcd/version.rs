@@ -53,6 +53,16 @@ impl Version {
         self.major == target.major && target.minor <= self.minor + 1 && target >= self
     }
 
+    /// The flag that skips matching a peer's address to its certificate's names: experimental
+    /// until 3.6 (which still takes the old name, deprecated).
+    pub fn peer_skip_client_san_flag(&self) -> &'static str {
+        if (self.major, self.minor) >= (3, 6) {
+            "--peer-skip-client-san-verification=true"
+        } else {
+            "--experimental-peer-skip-client-san-verification=true"
+        }
+    }
+
     /// Serves `/livez` (a local serializable read, no leader needed): since 3.5.11 and 3.4.29.
     pub fn serves_livez(&self) -> bool {
         let since = match (self.major, self.minor) {

@@ -7,7 +7,8 @@ use std::time::Duration;
 use app_operator::api::EtcdCluster;
 use app_operator::etcd::address::Addressing;
 use app_operator::etcd::{
-    AddedMember, EtcdApi, EtcdClient, EtcdError, EtcdGateway, GatewaySettings, Member, Status,
+    AddedMember, ClientTls, EtcdApi, EtcdClient, EtcdError, EtcdGateway, GatewaySettings, Member,
+    Status,
 };
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
@@ -72,7 +73,7 @@ pub async fn endpoints(ns: &Target, cluster: &str) -> Vec<String> {
         .await
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(|p| Addressing::Loopback.client_url(cluster, &ns.namespace, &p.name_any()))
+        .map(|p| Addressing::Loopback.client_url(cluster, &ns.namespace, &p.name_any(), false))
         .collect()
 }
 
@@ -187,6 +188,13 @@ impl DiesAfterMemberAdd {
 }
 
 impl EtcdApi for DiesAfterMemberAdd {
+    fn with_client_tls(&self, tls: &ClientTls) -> std::sync::Arc<dyn EtcdApi> {
+        std::sync::Arc::new(DiesAfterMemberAdd {
+            gateway: self.gateway.tls(tls),
+            added: self.added.clone(),
+        })
+    }
+
     fn members<'a>(
         &'a self,
         endpoints: &'a [String],

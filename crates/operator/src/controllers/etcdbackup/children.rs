@@ -16,7 +16,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::controllers::etcdcluster::secret_volume;
 use crate::controllers::restricted::{NON_ROOT, pod_security_context, restrict};
+use crate::etcd::tls::{CLIENT_CA, CLIENT_CERT, CLIENT_KEY};
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// Every child carries it: the EtcdBackup it belongs to. The claim has no owner reference (the
@@ -38,6 +40,8 @@ pub const SIZE_ANNOTATION: &str = "etcd.database.coreos.com/db-size";
 
 const SNAPSHOTS_VOLUME: &str = "snapshots";
 const SNAPSHOTS_MOUNT: &str = "/backups";
+/// Where the operator's client certificate is mounted (the coreos operator's path).
+const CLIENT_TLS_DIR: &str = "/etc/etcdtls/operator/etcd-tls";
 
 fn labels(backup: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -107,33 +111,52 @@ pub struct SnapshotJob<'a> {
     pub etcd_version: &'a str,
     pub db_size: u64,
     pub timeout_seconds: i64,
+    /// The cluster's `spec.TLS.static.operatorSecret`, when its members serve TLS: `etcdctl`
+    /// presents the operator's client certificate.
+    pub client_tls_secret: Option<&'a str>,
 }
 
 pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &SnapshotJob<'_>) -> Job {
     let name = backup.name_any();
     let path = format!("{SNAPSHOTS_MOUNT}/{}", spec.file);
-    let step = |container: &str, command: Vec<String>| Container {
+    let snapshots = VolumeMount {
+        name: SNAPSHOTS_VOLUME.into(),
+        mount_path: SNAPSHOTS_MOUNT.into(),
+        ..VolumeMount::default()
+    };
+    let step = |container: &str, command: Vec<String>, mounts: Vec<VolumeMount>| Container {
         name: container.into(),
         image: Some(spec.image.clone()),
         command: Some(command),
-        volume_mounts: Some(vec![VolumeMount {
-            name: SNAPSHOTS_VOLUME.into(),
-            mount_path: SNAPSHOTS_MOUNT.into(),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(mounts),
         ..Container::default()
     };
-    let save = step(
-        "snapshot",
-        vec![
-            "/usr/local/bin/etcdctl".into(),
-            format!("--endpoints={}", spec.endpoint),
-            "--dial-timeout=10s".into(),
-            "snapshot".into(),
-            "save".into(),
-            path.clone(),
-        ],
-    );
+    let mut volumes = vec![Volume {
+        name: SNAPSHOTS_VOLUME.into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim_name(backup),
+            read_only: None,
+        }),
+        ..Volume::default()
+    }];
+    let mut save_mounts = vec![snapshots.clone()];
+    let mut save_command = vec![
+        "/usr/local/bin/etcdctl".into(),
+        format!("--endpoints={}", spec.endpoint),
+        "--dial-timeout=10s".into(),
+    ];
+    if let Some(secret) = spec.client_tls_secret {
+        let (volume, mount) = secret_volume(secret, "client-tls", CLIENT_TLS_DIR);
+        volumes.push(volume);
+        save_mounts.push(mount);
+        save_command.extend([
+            format!("--cacert={CLIENT_TLS_DIR}/{CLIENT_CA}"),
+            format!("--cert={CLIENT_TLS_DIR}/{CLIENT_CERT}"),
+            format!("--key={CLIENT_TLS_DIR}/{CLIENT_KEY}"),
+        ]);
+    }
+    save_command.extend(["snapshot".into(), "save".into(), path.clone()]);
+    let save = step("snapshot", save_command, save_mounts);
     let verify = step(
         "verify",
         vec![
@@ -143,6 +166,7 @@ pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &SnapshotJo
             path,
             "--write-out=table".into(),
         ],
+        vec![snapshots],
     );
     let annotations = BTreeMap::from([
         (FILE_ANNOTATION.to_owned(), spec.file.to_owned()),
@@ -181,14 +205,7 @@ pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &SnapshotJo
                         restart_policy: Some("Never".into()),
                         init_containers: Some(vec![save]),
                         containers: vec![verify],
-                        volumes: Some(vec![Volume {
-                            name: SNAPSHOTS_VOLUME.into(),
-                            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                                claim_name: claim_name(backup),
-                                read_only: None,
-                            }),
-                            ..Volume::default()
-                        }]),
+                        volumes: Some(volumes),
                         ..PodSpec::default()
                     },
                     pod_security_context(Some(NON_ROOT)),
@@ -233,6 +250,7 @@ mod tests {
                 etcd_version: "3.6.16",
                 db_size: 20480,
                 timeout_seconds: 60,
+                client_tls_secret: None,
             },
         );
         assert_eq!(job.name_any(), "nightly-20261123-103000");
@@ -256,6 +274,51 @@ mod tests {
                 .unwrap()
                 .claim_name,
             "nightly-snapshots"
+        );
+    }
+
+    #[test]
+    fn a_tls_clusters_snapshot_is_taken_with_the_operators_client_certificate() {
+        let backup = backup(serde_json::json!({ "etcdCluster": { "name": "etcd" } }));
+        let job = backup_job(
+            &backup,
+            &OwnerReference::default(),
+            &SnapshotJob {
+                tick: "2026-11-23T10:30:00Z".parse().unwrap(),
+                skipped: 0,
+                file: "nightly-0.db",
+                endpoint: "https://etcd-abcde12345.etcd.ns.svc:2379",
+                image: "etcd:v3.6.16".into(),
+                revision: 42,
+                etcd_version: "3.6.16",
+                db_size: 20480,
+                timeout_seconds: 60,
+                client_tls_secret: Some("etcd-operator-tls"),
+            },
+        );
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let save = &pod.init_containers.as_ref().unwrap()[0];
+        let command = save.command.clone().unwrap();
+        assert_eq!(
+            command[1..7],
+            [
+                "--endpoints=https://etcd-abcde12345.etcd.ns.svc:2379",
+                "--dial-timeout=10s",
+                "--cacert=/etc/etcdtls/operator/etcd-tls/etcd-client-ca.crt",
+                "--cert=/etc/etcdtls/operator/etcd-tls/etcd-client.crt",
+                "--key=/etc/etcdtls/operator/etcd-tls/etcd-client.key",
+                "snapshot",
+            ]
+        );
+        let secret = pod.volumes.as_ref().unwrap()[1].secret.as_ref().unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("etcd-operator-tls"));
+        let mounts = save.volume_mounts.as_ref().unwrap();
+        assert_eq!(mounts[1].mount_path, "/etc/etcdtls/operator/etcd-tls");
+        let verify = &pod.containers[0];
+        assert_eq!(
+            verify.volume_mounts.as_ref().unwrap().len(),
+            1,
+            "only the step that talks to etcd holds the certificate"
         );
     }
 }

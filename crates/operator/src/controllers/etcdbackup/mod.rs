@@ -36,6 +36,7 @@ use self::children::{
 use self::plan::{BackupJob, Desired, Observed, Repeat, Step};
 use self::status::Taken;
 use super::Wiring;
+use super::etcdcluster::client_for;
 use crate::etcd::address::Addressing;
 use crate::etcd::version::Version;
 use crate::etcd::{EtcdApi, Status, image, members_with_status, quorum};
@@ -304,7 +305,9 @@ impl EtcdBackupReconciler {
                 ),
             })?;
         self.destination(context).await?;
-        let source = self.source(&cluster, &context.namespace).await?;
+        let source = self
+            .source(&context.shared.client, &cluster, &context.namespace)
+            .await?;
         let kept = backup.status.as_ref().map(|s| s.snapshots.as_slice());
         let slot = next_slot(kept.unwrap_or_default(), policy(backup).max_backups);
         let file = children::snapshot_file(&context.name, slot);
@@ -327,6 +330,7 @@ impl EtcdBackupReconciler {
                 etcd_version: &source.version,
                 db_size: source.db_size,
                 timeout_seconds: policy(backup).timeout_in_second,
+                client_tls_secret: cluster.spec.operator_tls_secret(),
             },
         );
         if let Some(other_job) = self.turn(context, Some(&job.name_any())) {
@@ -356,13 +360,19 @@ impl EtcdBackupReconciler {
     }
 
     /// The healthy voting member with the highest revision, if the cluster has a quorum.
-    async fn source(&self, cluster: &EtcdCluster, namespace: &str) -> Result<Source, Error> {
+    async fn source(
+        &self,
+        client: &kube::Client,
+        cluster: &EtcdCluster,
+        namespace: &str,
+    ) -> Result<Source, Error> {
         let name = cluster.name_any();
+        let tls = cluster.spec.server_tls_secret().is_some();
         let members = cluster.status.as_ref().map(|s| &s.members);
         let endpoints: Vec<String> = members
             .into_iter()
             .flat_map(|m| m.ready.iter().chain(&m.unready))
-            .map(|pod| self.addressing.client_url(&name, namespace, pod))
+            .map(|pod| self.addressing.client_url(&name, namespace, pod, tls))
             .collect();
         let no_quorum = |message: String| Error::Waiting {
             reason: "NoQuorum",
@@ -389,7 +399,8 @@ impl EtcdBackupReconciler {
             }
             _ => {}
         }
-        let listed = members_with_status(&*self.etcd, &endpoints).await.map_err(|error| {
+        let etcd = client_for(client, &self.etcd, cluster).await?;
+        let listed = members_with_status(&*etcd, &endpoints).await.map_err(|error| {
             no_quorum(format!(
                 "no member of EtcdCluster {name} answers with a leader ({error}), so there is no quorum: a snapshot needs a healthy member of a cluster with a quorum, so the backup waits for the cluster to recover"
             ))

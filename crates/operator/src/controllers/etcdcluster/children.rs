@@ -7,8 +7,8 @@ use app_operator_api::EtcdCluster;
 use app_operator_api::etcdcluster::{PodPolicy, RestoreStatus};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaim,
-    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, Service, ServicePort, ServiceSpec,
-    Volume, VolumeMount,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, SecretVolumeSource, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -30,6 +30,14 @@ pub const DATA_DIR: &str = "/var/etcd/data";
 pub const RESTORED_FROM_ANNOTATION: &str = "etcd.database.coreos.com/restored-from";
 const SNAPSHOT_VOLUME: &str = "snapshot";
 const SNAPSHOT_MOUNT: &str = "/var/etcd-restore";
+/// Where the members' certificates are mounted (the coreos operator's paths).
+const PEER_TLS_VOLUME: &str = "member-peer-tls";
+const PEER_TLS_DIR: &str = "/etc/etcdtls/member/peer-tls";
+const SERVER_TLS_VOLUME: &str = "member-server-tls";
+const SERVER_TLS_DIR: &str = "/etc/etcdtls/member/server-tls";
+/// Plain-HTTP `/health`, `/livez` and `/metrics` of a member serving TLS to clients, who must
+/// present a certificate the kubelet's probes do not have.
+pub const METRICS_PORT: u16 = 2381;
 
 /// The label naming a member's (or a Service's, a claim's) cluster.
 pub const CLUSTER_LABEL: &str = "etcd_cluster";
@@ -88,10 +96,21 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let policy = cluster.spec.pod.clone().unwrap_or_default();
-    let at = |f: fn(Addressing, &str, &str, &str) -> String| {
-        f(member.addressing, &name, &namespace, member.name)
-    };
-    let listen = at(Addressing::listen_host);
+    let (peer_tls, server_tls) = (
+        cluster.spec.peer_tls_secret(),
+        cluster.spec.server_tls_secret(),
+    );
+    let listen = member
+        .addressing
+        .listen_host(&name, &namespace, member.name);
+    let peer_url = member
+        .addressing
+        .peer_url(&name, &namespace, member.name, peer_tls.is_some());
+    let client_url =
+        member
+            .addressing
+            .client_url(&name, &namespace, member.name, server_tls.is_some());
+    let scheme = |tls: Option<&str>| if tls.is_some() { "https" } else { "http" };
     let state = match member.state {
         ClusterState::New => "new",
         ClusterState::Existing => "existing",
@@ -100,7 +119,7 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
     let membership = [
         format!("--name={}", member.name),
         format!("--data-dir={DATA_DIR}"),
-        format!("--initial-advertise-peer-urls={}", at(Addressing::peer_url)),
+        format!("--initial-advertise-peer-urls={peer_url}"),
         format!("--initial-cluster={}", member.initial_cluster),
         format!(
             "--initial-cluster-token={}",
@@ -110,11 +129,39 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
     let command: Vec<String> = std::iter::once("/usr/local/bin/etcd".to_owned())
         .chain(membership.iter().cloned())
         .chain([
-            format!("--listen-peer-urls=http://{listen}:{PEER_PORT}"),
-            format!("--listen-client-urls=http://{listen}:{CLIENT_PORT}"),
-            format!("--advertise-client-urls={}", at(Addressing::client_url)),
+            format!(
+                "--listen-peer-urls={}://{listen}:{PEER_PORT}",
+                scheme(peer_tls)
+            ),
+            format!(
+                "--listen-client-urls={}://{listen}:{CLIENT_PORT}",
+                scheme(server_tls)
+            ),
+            format!("--advertise-client-urls={client_url}"),
             format!("--initial-cluster-state={state}"),
         ])
+        .chain(peer_tls.into_iter().flat_map(|_| {
+            [
+                "--peer-client-cert-auth=true".to_owned(),
+                // Peers are authenticated by the CA; etcd would also match a peer's address to
+                // its certificate's names by reverse DNS, which fails for a member that has just
+                // started (its Pod is not in the Service's DNS yet), and a joining member that
+                // is refused exits.
+                member.version.peer_skip_client_san_flag().to_owned(),
+                format!("--peer-trusted-ca-file={PEER_TLS_DIR}/peer-ca.crt"),
+                format!("--peer-cert-file={PEER_TLS_DIR}/peer.crt"),
+                format!("--peer-key-file={PEER_TLS_DIR}/peer.key"),
+            ]
+        }))
+        .chain(server_tls.into_iter().flat_map(|_| {
+            [
+                "--client-cert-auth=true".to_owned(),
+                format!("--trusted-ca-file={SERVER_TLS_DIR}/server-ca.crt"),
+                format!("--cert-file={SERVER_TLS_DIR}/server.crt"),
+                format!("--key-file={SERVER_TLS_DIR}/server.key"),
+                format!("--listen-metrics-urls=http://{listen}:{METRICS_PORT}"),
+            ]
+        }))
         .collect();
     let image = image(&cluster.spec.repository, member.version);
     let mut pod_labels = policy.labels.clone();
@@ -142,6 +189,30 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
         ..VolumeMount::default()
     };
     let mut volumes = vec![data];
+    let mut mounts = vec![data_mount.clone()];
+    for (secret, volume, dir) in [
+        (peer_tls, PEER_TLS_VOLUME, PEER_TLS_DIR),
+        (server_tls, SERVER_TLS_VOLUME, SERVER_TLS_DIR),
+    ] {
+        if let Some(secret) = secret {
+            let (volume, mount) = secret_volume(secret, volume, dir);
+            volumes.push(volume);
+            mounts.push(mount);
+        }
+    }
+    // Probes need no certificate: on the metrics port when clients must present one.
+    let health_port = IntOrString::Int(i32::from(if server_tls.is_some() {
+        METRICS_PORT
+    } else {
+        CLIENT_PORT
+    }));
+    let mut ports = vec![
+        container_port("client", CLIENT_PORT),
+        container_port("peer", PEER_PORT),
+    ];
+    if server_tls.is_some() {
+        ports.push(container_port("metrics", METRICS_PORT));
+    }
     let mut init_containers = Vec::new();
     if let Some(restore) = member.restore {
         annotations.insert(
@@ -206,14 +277,11 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
                     command: Some(command),
                     env: non_empty_vec(policy.etcd_env.clone()),
                     resources: policy.resources.clone(),
-                    ports: Some(vec![
-                        container_port("client", CLIENT_PORT),
-                        container_port("peer", PEER_PORT),
-                    ]),
+                    ports: Some(ports),
                     readiness_probe: Some(Probe {
                         http_get: Some(HTTPGetAction {
                             path: Some("/health".into()),
-                            port: IntOrString::Int(i32::from(CLIENT_PORT)),
+                            port: health_port.clone(),
                             ..HTTPGetAction::default()
                         }),
                         period_seconds: Some(5),
@@ -227,7 +295,7 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
                     liveness_probe: member.version.serves_livez().then(|| Probe {
                         http_get: Some(HTTPGetAction {
                             path: Some("/livez".into()),
-                            port: IntOrString::Int(i32::from(CLIENT_PORT)),
+                            port: health_port,
                             ..HTTPGetAction::default()
                         }),
                         period_seconds: Some(10),
@@ -235,7 +303,7 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
                         failure_threshold: Some(6),
                         ..Probe::default()
                     }),
-                    volume_mounts: Some(vec![data_mount]),
+                    volume_mounts: Some(mounts),
                     ..Container::default()
                 }],
                 volumes: Some(volumes),
@@ -276,6 +344,26 @@ pub fn data_claim(pod: &Pod) -> Option<String> {
 /// The etcd version a member Pod's image runs (from the annotation the operator sets with it).
 pub fn pod_version(pod: &Pod) -> Option<Version> {
     Version::parse(pod.annotations().get(VERSION_ANNOTATION)?)
+}
+
+/// Secret `secret` mounted read-only at `dir`.
+pub fn secret_volume(secret: &str, volume: &str, dir: &str) -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: volume.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.to_owned()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: volume.into(),
+            mount_path: dir.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    )
 }
 
 fn container_port(name: &str, port: u16) -> ContainerPort {
@@ -449,6 +537,107 @@ mod tests {
         assert_eq!(container.env.as_ref().map(Vec::len), Some(1));
         assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
         assert!(member_claim(&cluster, &owner, "db-abcde12345").is_none());
+    }
+
+    #[test]
+    fn a_tls_member_speaks_https_with_its_secrets_and_is_probed_on_the_plain_metrics_port() {
+        let (cluster, owner) = cluster(serde_json::json!({
+            "size": 3,
+            "TLS": { "static": {
+                "member": { "peerSecret": "db-peer", "serverSecret": "db-server" },
+                "operatorSecret": "db-operator"
+            }}
+        }));
+        let version = Version::parse("3.6.16").unwrap();
+        let member = MemberPod {
+            name: "db-abcde12345",
+            version: &version,
+            initial_cluster: "db-abcde12345=https://db-abcde12345.db.prod.svc:2380",
+            state: ClusterState::New,
+            addressing: Addressing::ClusterDns,
+            restore: None,
+        };
+        let spec = member_pod(&cluster, &owner, &member).spec.unwrap();
+        let container = &spec.containers[0];
+        let command = container.command.clone().unwrap();
+        for flag in [
+            "--listen-peer-urls=https://0.0.0.0:2380",
+            "--listen-client-urls=https://0.0.0.0:2379",
+            "--advertise-client-urls=https://db-abcde12345.db.prod.svc:2379",
+            "--initial-advertise-peer-urls=https://db-abcde12345.db.prod.svc:2380",
+            "--peer-client-cert-auth=true",
+            "--peer-skip-client-san-verification=true",
+            "--peer-trusted-ca-file=/etc/etcdtls/member/peer-tls/peer-ca.crt",
+            "--peer-cert-file=/etc/etcdtls/member/peer-tls/peer.crt",
+            "--peer-key-file=/etc/etcdtls/member/peer-tls/peer.key",
+            "--client-cert-auth=true",
+            "--trusted-ca-file=/etc/etcdtls/member/server-tls/server-ca.crt",
+            "--cert-file=/etc/etcdtls/member/server-tls/server.crt",
+            "--key-file=/etc/etcdtls/member/server-tls/server.key",
+            "--listen-metrics-urls=http://0.0.0.0:2381",
+        ] {
+            assert!(
+                command.iter().any(|c| c == flag),
+                "{flag} missing: {command:?}"
+            );
+        }
+        let secrets: Vec<_> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert_eq!(
+            secrets,
+            ["db-peer", "db-server"],
+            "the operator's is not mounted"
+        );
+        let mounts: Vec<_> = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| m.read_only == Some(true))
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                "/etc/etcdtls/member/peer-tls",
+                "/etc/etcdtls/member/server-tls"
+            ]
+        );
+        for probe in [&container.readiness_probe, &container.liveness_probe] {
+            let get = probe.as_ref().and_then(|p| p.http_get.as_ref()).unwrap();
+            assert_eq!(get.port, IntOrString::Int(2381), "{get:?}");
+            assert_eq!(get.scheme, None, "plain HTTP: {get:?}");
+        }
+        assert_eq!(
+            crate::controllers::restricted::restricted_violations(&spec),
+            Vec::<String>::new()
+        );
+
+        let (peer_only, owner) = self::cluster(serde_json::json!({
+            "size": 3, "TLS": { "static": { "member": { "peerSecret": "db-peer" } } }
+        }));
+        let old = Version::parse("3.5.21").unwrap();
+        let spec = member_pod(
+            &peer_only,
+            &owner,
+            &MemberPod {
+                version: &old,
+                ..member
+            },
+        )
+        .spec
+        .unwrap();
+        let command = spec.containers[0].command.clone().unwrap();
+        assert!(command.contains(&"--listen-client-urls=http://0.0.0.0:2379".to_owned()));
+        assert!(command.contains(&"--listen-peer-urls=https://0.0.0.0:2380".to_owned()));
+        assert!(
+            !command
+                .iter()
+                .any(|c| c.starts_with("--listen-metrics-urls"))
+        );
     }
 
     #[test]

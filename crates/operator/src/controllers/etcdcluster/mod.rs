@@ -8,7 +8,9 @@ mod children;
 pub mod plan;
 mod status;
 
-pub use children::{DATA_DIR, RESTORED_FROM_ANNOTATION, VERSION_ANNOTATION, selector};
+pub use children::{
+    DATA_DIR, RESTORED_FROM_ANNOTATION, VERSION_ANNOTATION, secret_volume, selector,
+};
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use app_operator_api::etcdcluster::{
     EtcdClusterPhase, EtcdClusterStatus, RestoreSource, RestoreStatus,
 };
 use app_operator_api::{EtcdBackup, EtcdCluster};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -35,7 +37,7 @@ use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
 use super::Wiring;
 use crate::etcd::address::Addressing;
 use crate::etcd::version::Version;
-use crate::etcd::{self as etcd_api, EtcdApi, EtcdError};
+use crate::etcd::{self as etcd_api, ClientTls, EtcdApi, EtcdError, tls};
 use crate::reconcile::apply::controlled;
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
 use crate::reconcile::runner::{Reconciled, Reconciler, Runner, Target, cached};
@@ -118,8 +120,19 @@ impl Reconciler for EtcdClusterReconciler {
             .map(|pod| member_pod(pod, &claims, &deleting))
             .collect();
         let endpoints = self.endpoints(context, &pods);
+        let etcd = match client_for(&context.shared.client, &self.etcd.client, cluster).await {
+            Ok(etcd) => Some(etcd),
+            Err(error) => {
+                outcome = outcome.and(Err(error));
+                None
+            }
+        };
+        let membership = match &etcd {
+            Some(etcd) => self.membership(context, &**etcd, &endpoints).await,
+            None => None,
+        };
         let observed = Observed {
-            etcd: self.membership(context, &endpoints).await,
+            etcd: membership,
             pods,
             claims,
             ever_served: cluster
@@ -139,8 +152,10 @@ impl Reconciler for EtcdClusterReconciler {
         let new_pod = self.etcd.addressing.new_pod_name(&context.name, entropy);
         let plan = plan(&desired, &observed, &new_pod);
         self.record_members(context, &observed);
-        if let (Ok(()), Some(step)) = (&outcome, &plan.step) {
-            outcome = self.take(context, &desired, &endpoints, step).await;
+        if let (Ok(()), Some(step), Some(etcd)) = (&outcome, &plan.step, &etcd) {
+            outcome = self
+                .take(context, &**etcd, &desired, &endpoints, step)
+                .await;
         }
 
         let now = Time(Timestamp::now());
@@ -250,12 +265,15 @@ impl EtcdClusterReconciler {
     fn endpoints(&self, context: &Target<'_, EtcdCluster>, pods: &[MemberPod]) -> Vec<String> {
         pods.iter()
             .filter(|pod| pod.live())
-            .map(|pod| {
-                self.etcd
-                    .addressing
-                    .client_url(&context.name, &context.namespace, &pod.name)
-            })
+            .map(|pod| self.client_url(context, &pod.name))
             .collect()
+    }
+
+    fn client_url(&self, context: &Target<'_, EtcdCluster>, pod: &str) -> String {
+        let tls = context.object.spec.server_tls_secret().is_some();
+        self.etcd
+            .addressing
+            .client_url(&context.name, &context.namespace, pod, tls)
     }
 
     /// etcd's member list joined with each started member's own status; `None` when no member
@@ -263,12 +281,13 @@ impl EtcdClusterReconciler {
     async fn membership(
         &self,
         context: &Target<'_, EtcdCluster>,
+        etcd: &dyn EtcdApi,
         endpoints: &[String],
     ) -> Option<Membership> {
         if endpoints.is_empty() {
             return None;
         }
-        let listed = match etcd_api::members_with_status(&*self.etcd.client, endpoints).await {
+        let listed = match etcd_api::members_with_status(etcd, endpoints).await {
             Ok(listed) => listed,
             Err(error) => {
                 tracing::debug!(%error, cluster = %context.name, "no member answered the member list");
@@ -302,11 +321,11 @@ impl EtcdClusterReconciler {
     async fn take(
         &self,
         context: &Target<'_, EtcdCluster>,
+        etcd: &dyn EtcdApi,
         desired: &Desired,
         endpoints: &[String],
         step: &Step,
     ) -> Result<(), Error> {
-        let etcd = &self.etcd.client;
         let (reason, note) = match step {
             Step::Bootstrap { pod } => {
                 let peer = self.peer_url(context, pod);
@@ -449,10 +468,7 @@ impl EtcdClusterReconciler {
         endpoints: &[String],
         name: &str,
     ) -> Vec<String> {
-        let own = self
-            .etcd
-            .addressing
-            .client_url(&context.name, &context.namespace, name);
+        let own = self.client_url(context, name);
         let (own, others): (Vec<String>, Vec<String>) = endpoints
             .iter()
             .cloned()
@@ -461,9 +477,10 @@ impl EtcdClusterReconciler {
     }
 
     fn peer_url(&self, context: &Target<'_, EtcdCluster>, pod: &str) -> String {
+        let tls = context.object.spec.peer_tls_secret().is_some();
         self.etcd
             .addressing
-            .peer_url(&context.name, &context.namespace, pod)
+            .peer_url(&context.name, &context.namespace, pod, tls)
     }
 
     /// `name=peerURL,…` for every member; a member that has not started yet goes by its Pod name.
@@ -664,6 +681,82 @@ async fn restore_source(
                 ),
             },
         }),
+    }
+}
+
+/// The etcd client for `cluster`: `shared` itself, or, for a cluster whose members serve TLS, one
+/// presenting the certificate of `spec.TLS.static.operatorSecret`. The members' own Secrets are
+/// checked too: without them their Pods would wait for their volumes, saying so only in events.
+/// A missing or unusable Secret is waited for (we do not watch Secrets: retried with backoff).
+pub async fn client_for(
+    client: &kube::Client,
+    shared: &Arc<dyn EtcdApi>,
+    cluster: &EtcdCluster,
+) -> Result<Arc<dyn EtcdApi>, Error> {
+    let spec = &cluster.spec;
+    let namespace = cluster.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let members = [
+        (
+            spec.peer_tls_secret(),
+            "member.peerSecret",
+            ["peer.crt", "peer.key", "peer-ca.crt"],
+        ),
+        (
+            spec.server_tls_secret(),
+            "member.serverSecret",
+            ["server.crt", "server.key", "server-ca.crt"],
+        ),
+    ];
+    for (name, field, keys) in members {
+        let Some(name) = name else { continue };
+        let data = secret_data(&secrets, name, field, &namespace).await?;
+        if let Some(missing) = keys.iter().find(|key| !data.contains_key(**key)) {
+            let why = format!("it has no key {missing}");
+            return Err(unusable_secret(field, name, &keys, why));
+        }
+    }
+    let Some(name) = spec.operator_tls_secret() else {
+        return Ok(shared.clone());
+    };
+    let field = "operatorSecret";
+    let data = secret_data(&secrets, name, field, &namespace).await?;
+    let keys = [tls::CLIENT_CERT, tls::CLIENT_KEY, tls::CLIENT_CA];
+    let tls = ClientTls::from_secret_data(&data)
+        .map_err(|error| unusable_secret(field, name, &keys, error.to_string()))?;
+    Ok(shared.with_client_tls(&tls))
+}
+
+/// The data of Secret `name`, named by `spec.TLS.static.<field>`.
+async fn secret_data(
+    secrets: &Api<Secret>,
+    name: &str,
+    field: &str,
+    namespace: &str,
+) -> Result<std::collections::BTreeMap<String, k8s_openapi::ByteString>, Error> {
+    let secret = secrets.get_opt(name).await.map_err(|source| Error::Get {
+        kind: "Secret".into(),
+        name: name.to_owned(),
+        source,
+    })?;
+    let Some(secret) = secret else {
+        return Err(Error::Waiting {
+            reason: "TLSSecretNotFound",
+            message: format!(
+                "spec.TLS.static.{field}: Secret {name} does not exist in namespace {namespace}; the cluster waits for it"
+            ),
+        });
+    };
+    Ok(secret.data.unwrap_or_default())
+}
+
+fn unusable_secret(field: &str, name: &str, keys: &[&str], why: String) -> Error {
+    Error::Waiting {
+        reason: "TLSSecretInvalid",
+        message: format!(
+            "spec.TLS.static.{field}: Secret {name} cannot be used: {why} (it needs keys {})",
+            keys.join(", ")
+        ),
     }
 }
 
