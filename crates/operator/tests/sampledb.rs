@@ -903,6 +903,51 @@ async fn a_database_restored_at_creation_runs_the_restore_job_instead_of_init() 
     );
 }
 
+/// A Secret of the generated credentials' name that someone else made is neither used nor
+/// changed: the SampleDB is Degraded (ChildConflict) and starts no server, until the Secret is
+/// gone; then its own credentials are made and it becomes Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_secret_of_the_credentials_name_is_not_used() {
+    let ns = TestNamespace::new("sdb-foreign-secret").await;
+    let _operator = support::start(&ns, &[ControllerKind::Sampledb]).await;
+    let secrets = ns.api::<Secret>();
+    let foreign: Secret = serde_json::from_value(json!({
+        "metadata": { "name": "db-credentials" },
+        "stringData": { "username": "postgres", "password": "chosen-by-someone-else" }
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    create(&ns, "db", json!({ "version": "15.8" })).await;
+    let message = wait_for_condition(&ns, "db", "Degraded", "True", Some("ChildConflict")).await;
+    assert!(message.contains("db-credentials"), "{message}");
+    assert!(
+        ns.api::<StatefulSet>()
+            .get_opt("db")
+            .await
+            .unwrap()
+            .is_none(),
+        "a server was started with someone else's password"
+    );
+    let kept = secrets.get("db-credentials").await.unwrap();
+    assert!(kept.owner_references().is_empty(), "{:?}", kept.metadata);
+    assert_eq!(
+        kept.data.unwrap()["password"].0,
+        b"chosen-by-someone-else",
+        "the foreign Secret was changed"
+    );
+
+    secrets
+        .delete("db-credentials", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for_condition(&ns, "db", "Ready", "True", None).await;
+    let made = secrets.get("db-credentials").await.unwrap();
+    assert_eq!(made.owner_references()[0].name, "db");
+}
+
 /// Bad input: refused by `kubectl apply` with the schema's message; what the schema cannot say
 /// (a cron expression) is Degraded while the operator keeps serving other SampleDBs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

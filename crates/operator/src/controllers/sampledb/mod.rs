@@ -327,8 +327,10 @@ impl SampleDBReconciler {
         }
     }
 
-    /// The generated credentials are created once (`create` only: the operator cannot read
-    /// Secrets) and then recorded in the status; a user's Secret is only referenced.
+    /// The generated credentials are created once and then recorded in the status; a user's
+    /// Secret (`spec.credentials.secretName`) is only referenced. A Secret of the generated
+    /// name that this SampleDB does not control is someone else's: it is never used (its
+    /// password would be the other owner's choice) nor overwritten.
     async fn ensure_credentials(&self, context: &Context<'_>) -> Result<(), Error> {
         let db = context.object;
         let secret = children::credentials_secret(db);
@@ -343,6 +345,21 @@ impl SampleDBReconciler {
                 Api::namespaced(context.shared.client.clone(), &context.namespace);
             // One made by an earlier pass whose status write was lost is never overwritten.
             create_child(&api, &desired).await?;
+            let made = api.get(&secret).await.map_err(|source| Error::Get {
+                kind: "Secret".into(),
+                name: secret.clone(),
+                source,
+            })?;
+            let ours = made
+                .owner_references()
+                .iter()
+                .any(|owner| owner.controller == Some(true) && owner.uid == context.uid);
+            if !ours {
+                return Err(Error::Conflict {
+                    kind: "Secret".into(),
+                    name: secret,
+                });
+            }
         }
         Ok(())
     }
