@@ -1927,6 +1927,96 @@ mod long {
         .await;
     }
 
+    /// The operator cut from the members' client port (its network namespace drops it) while
+    /// they serve: the cluster says `EtcdUnreachable`, not a lost quorum, and nothing is changed
+    /// blind: a member killed meanwhile is neither removed nor replaced, a scale-out waits. Healed,
+    /// the operator replaces the dead member and scales out; every acknowledged write is kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_operator_that_cannot_reach_etcd_says_so_and_changes_nothing_blind() {
+        use nix::sys::signal::Signal;
+        use testkit::node_process::{iptables_in_pod, signal};
+
+        let ns = TestNamespace::new("real-etcd-blind").await;
+        let name = "blind";
+        let spec = json!({ "size": 3, "version": "3.6.16" });
+        let (store, writers) = etcd_with_writers(&ns, name, spec, "blind/").await;
+        let client = testkit::client().await;
+        let operators: Vec<String> = Api::<Pod>::namespaced(client, OPERATOR_NAMESPACE)
+            .list(&ListParams::default().labels("control-plane=controller-manager"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|pod| pod.uid().unwrap())
+            .collect();
+        let rule = ["OUTPUT", "-p", "tcp", "--dport", "2379", "-j", "DROP"];
+        for uid in &operators {
+            let args = [&["-I"][..], &rule].concat();
+            assert!(
+                iptables_in_pod(uid, "app-operator", &args),
+                "cutting the operator"
+            );
+        }
+        eventually(Duration::from_secs(120), "EtcdUnreachable", || async {
+            let status = &etcd_cluster(&ns, name)["status"];
+            (condition(status, "Degraded")["reason"] == "EtcdUnreachable"
+                && condition(status, "Available")["reason"] == "EtcdUnreachable")
+                .then_some(())
+        })
+        .await;
+        let victim = etcd_members_leader_first(&ns, name).await.pop().unwrap();
+        assert_eq!(
+            signal(&victim.uid().unwrap(), "etcd", Signal::SIGKILL),
+            1,
+            "killing {}",
+            victim.name_any()
+        );
+        merge_patch(&ns, "etcd", name, &json!({ "spec": { "size": 5 } }));
+        let before = member_pods(&ns, name).await.into_keys().collect::<Vec<_>>();
+        testkit::stays_for(
+            Duration::from_secs(45),
+            "no member Pod created or deleted while the operator is cut off",
+            || async {
+                let now = member_pods(&ns, name).await.into_keys().collect::<Vec<_>>();
+                let reason =
+                    condition(&etcd_cluster(&ns, name)["status"], "Degraded")["reason"].clone();
+                if now != before {
+                    return Err(format!("{before:?} became {now:?}"));
+                }
+                if reason != "EtcdUnreachable" {
+                    return Err(format!("Degraded reason {reason}"));
+                }
+                Ok(())
+            },
+        )
+        .await;
+        println!(
+            "cut off: {} killed, size 5 asked; the Pods stayed {before:?}, EtcdUnreachable",
+            victim.name_any()
+        );
+        for uid in &operators {
+            let args = [&["-D"][..], &rule].concat();
+            assert!(
+                iptables_in_pod(uid, "app-operator", &args),
+                "healing the operator"
+            );
+        }
+        etcd_settled(&ns, name, 5).await;
+        assert!(
+            !member_pods(&ns, name)
+                .await
+                .contains_key(&victim.name_any()),
+            "the dead member was replaced"
+        );
+        read_back(
+            &store,
+            writers,
+            "blind/",
+            "etcd while the operator could not reach it",
+        )
+        .await;
+    }
+
     /// Every operator process killed (SIGKILL) twice under writes: while a scale-out 3 → 5 adds
     /// members, and after it removed a dead member but before its replacement joined. The
     /// restarted operator takes each up from what etcd and the Pods say; every write is kept.

@@ -210,6 +210,11 @@ fn member_pod(pod: &Pod, claims: &[String], deleting: &[String]) -> MemberPod {
         version: pod_version(pod),
         keeps_data: claim.as_ref().is_some_and(|claim| claims.contains(claim)),
         losing_data: claim.is_some_and(|claim| deleting.contains(&claim)),
+        ready: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
     }
 }
 

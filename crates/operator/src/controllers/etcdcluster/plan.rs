@@ -23,6 +23,9 @@ pub struct MemberPod {
     pub keeps_data: bool,
     /// Its claim is being deleted: once the Pod goes, so does its data.
     pub losing_data: bool,
+    /// The kubelet's probes (the member's own `/health`) pass: it serves, whether or not the
+    /// operator can reach it.
+    pub ready: bool,
 }
 
 impl MemberPod {
@@ -131,6 +134,9 @@ pub struct Desired {
 pub enum Blocked {
     /// Healthy voting members are fewer than a quorum: only etcd can recover (or a restore).
     QuorumLost,
+    /// No member answers the operator, yet member Pods pass their own health checks: the
+    /// operator's path to them is broken, and it changes nothing it cannot see.
+    Unreachable,
     /// The cluster served before and every member is gone with its data.
     AllMembersLost,
     /// The version skips a minor release (or changes the major one).
@@ -352,8 +358,11 @@ fn without_membership(desired: &Desired, observed: &Observed, new_pod: &str) -> 
     let live = observed.pods.iter().any(MemberPod::live);
     let data_kept = !observed.claims.is_empty();
     let restore_failed = desired.restoring && observed.pods.iter().any(|p| p.dead);
+    let serving = observed.pods.iter().any(|p| p.live() && p.ready);
     let blocked = if observed.ever_served {
-        Some(if live || data_kept {
+        Some(if serving {
+            Blocked::Unreachable
+        } else if live || data_kept {
             Blocked::QuorumLost
         } else {
             Blocked::AllMembersLost
@@ -438,6 +447,7 @@ mod tests {
             version: Some(v("3.6.16")),
             keeps_data: false,
             losing_data: false,
+            ready: true,
         }
     }
 
@@ -500,6 +510,32 @@ mod tests {
             step(&desired(1), &seen),
             Some(Step::DeletePod { pod: "a".into() })
         );
+    }
+
+    #[test]
+    fn members_serving_but_not_answering_the_operator_are_unreachable_and_left_alone() {
+        let dead = MemberPod {
+            dead: true,
+            ready: false,
+            ..pod("c")
+        };
+        let mut seen = Observed {
+            pods: vec![pod("a"), pod("b"), dead],
+            etcd: None,
+            ever_served: true,
+            claims: vec![],
+        };
+        let plan = plan(&desired(5), &seen, "new");
+        assert_eq!(
+            (plan.step, plan.blocked),
+            (None, Some(Blocked::Unreachable))
+        );
+        // Not Ready either: their own health checks fail too, so the quorum is what is lost.
+        for pod in &mut seen.pods {
+            pod.ready = false;
+        }
+        let plan = self::plan(&desired(5), &seen, "new");
+        assert_eq!((plan.step, plan.blocked), (None, Some(Blocked::QuorumLost)));
     }
 
     #[test]

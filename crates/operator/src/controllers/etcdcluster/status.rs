@@ -119,6 +119,8 @@ pub fn status(
             status: false,
             reason: if phase == EtcdClusterPhase::Creating {
                 "Creating"
+            } else if plan.blocked == Some(Blocked::Unreachable) {
+                "EtcdUnreachable"
             } else {
                 "QuorumLost"
             },
@@ -151,6 +153,15 @@ pub fn status(
             reason: "QuorumLost",
             message: format!(
                 "{summary}: no membership change is safe until a quorum answers again"
+            ),
+        },
+        (None, Some(Blocked::Unreachable)) => conditions::Desired {
+            type_: DEGRADED,
+            status: true,
+            reason: "EtcdUnreachable",
+            message: format!(
+                "no member answers the operator, but {} of the member Pods pass their own health checks: the operator cannot reach them (a NetworkPolicy, DNS, or TLS between it and port 2379?). It changes nothing it cannot see until one answers",
+                observed.pods.iter().filter(|p| p.live() && p.ready).count()
             ),
         },
         // The data went with the members (emptyDir lives and dies with its Pod): only a backup
@@ -293,6 +304,7 @@ mod tests {
                     version: Version::parse("3.6.16"),
                     keeps_data: false,
                     losing_data: false,
+                    ready: m.healthy,
                 })
                 .collect(),
             etcd: Some(Membership {
@@ -425,6 +437,35 @@ mod tests {
             reason(&status, READY),
             ("False".into(), "QuorumLost".into())
         );
+    }
+
+    #[test]
+    fn members_the_operator_cannot_reach_are_not_called_a_lost_quorum() {
+        let now = Time(Timestamp::constant(10, 0));
+        let mut seen = observed(vec![member(1, true), member(2, true), member(3, true)]);
+        seen.etcd = None;
+        let plan = Plan {
+            step: None,
+            blocked: Some(Blocked::Unreachable),
+            progressing: false,
+        };
+        let status = status(&cluster(), &desired(), &seen, &plan, None, &now);
+        assert_eq!(
+            reason(&status, AVAILABLE),
+            ("False".into(), "EtcdUnreachable".into())
+        );
+        let degraded = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == DEGRADED)
+            .unwrap();
+        assert_eq!(degraded.reason, "EtcdUnreachable");
+        assert!(
+            degraded.message.contains("3 of the member Pods"),
+            "{}",
+            degraded.message
+        );
+        assert_eq!(status.phase, EtcdClusterPhase::Running);
     }
 
     #[test]
