@@ -860,19 +860,7 @@ async fn an_etcd_cluster_restored_from_an_etcdbackup_holds_every_acknowledged_wr
         "kept/",
     )
     .await;
-    eventually(TIMEOUT, "some keys written", || async {
-        let keys = store.read_all("kept/").await.ok()?;
-        (keys.len() >= 1000).then_some(())
-    })
-    .await;
-    let history = writers.stop().await;
-    apply(
-        &ns,
-        &json!({
-            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
-            "metadata": { "name": "nightly" }, "spec": { "etcdCluster": { "name": "source" } }
-        }),
-    );
+    let history = back_up_after(&ns, &store, writers, 1000, "source").await;
     let snapshot = eventually(Duration::from_secs(300), "the snapshot taken", || async {
         let out = kubectl(&["get", "etcdbackup", "nightly", "-n", &ns.name, "-o", "json"]);
         let backup: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
@@ -1127,21 +1115,7 @@ async fn etcd_over_tls_refuses_plain_text_restores_a_backup_and_serves_a_rotated
         );
     }
 
-    eventually(TIMEOUT, "some keys written", || async {
-        let keys = testkit::history::Store::read_all(&*store, "kept/")
-            .await
-            .ok()?;
-        (keys.len() >= 500).then_some(())
-    })
-    .await;
-    let history = writers.stop().await;
-    apply(
-        &ns,
-        &json!({
-            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
-            "metadata": { "name": "nightly" }, "spec": { "etcdCluster": { "name": "secure" } }
-        }),
-    );
+    let history = back_up_after(&ns, &store, writers, 500, "secure").await;
     field_reaches(&ns, "etcdbackup/nightly", "{.status.succeeded}", "true").await;
     apply(&ns, &tls_etcd_cluster("restored", 1, Some("nightly")));
     etcd_settled(&ns, "restored", 1).await;
@@ -1211,6 +1185,31 @@ async fn etcd_over_tls_refuses_plain_text_restores_a_backup_and_serves_a_rotated
         "etcd over TLS while its server certificate rotated",
     )
     .await;
+}
+
+/// Once `writers` wrote `keys` keys under `kept/` through `store`, stops them and asks for a
+/// backup of EtcdCluster `cluster` (EtcdBackup `nightly`); the history of what they wrote.
+async fn back_up_after(
+    ns: &TestNamespace,
+    store: &testkit::etcd_store::EtcdStore,
+    writers: testkit::history::Writers,
+    keys: usize,
+    cluster: &str,
+) -> testkit::history::History {
+    use testkit::history::Store;
+    eventually(TIMEOUT, "some keys written", || async {
+        (store.read_all("kept/").await.ok()?.len() >= keys).then_some(())
+    })
+    .await;
+    let history = writers.stop().await;
+    apply(
+        ns,
+        &json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+            "metadata": { "name": "nightly" }, "spec": { "etcdCluster": { "name": cluster } }
+        }),
+    );
+    history
 }
 
 /// Merges `patch` into object `kind`/`name` in `ns`, as `kubectl patch --type=merge` does.

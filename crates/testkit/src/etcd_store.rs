@@ -76,7 +76,8 @@ impl EtcdStore {
             Http::Plain(http) => http.request(request).await,
             Http::Tls(http) => http.request(request).await,
         }
-        .map_err(|e| error_chain(&e))?;
+        // Debug: a refused TLS handshake says why only in the error's sources.
+        .map_err(|e| format!("{e:?}"))?;
         let status = answer.status();
         let body = answer
             .into_body()
@@ -89,18 +90,6 @@ impl EtcdStore {
         }
         serde_json::from_slice(&body).map_err(|e| e.to_string())
     }
-}
-
-/// The error and its causes: a refused TLS handshake says why only in them.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn encode(text: &str) -> String {
