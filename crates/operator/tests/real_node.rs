@@ -1933,7 +1933,7 @@ mod long {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_operator_that_cannot_reach_etcd_says_so_and_changes_nothing_blind() {
         use nix::sys::signal::Signal;
-        use testkit::node_process::{iptables_in_pod, signal};
+        use testkit::node_process::signal;
 
         let ns = TestNamespace::new("real-etcd-blind").await;
         let name = "blind";
@@ -1948,14 +1948,12 @@ mod long {
             .iter()
             .map(|pod| pod.uid().unwrap())
             .collect();
-        let rule = ["OUTPUT", "-p", "tcp", "--dport", "2379", "-j", "DROP"];
-        for uid in &operators {
-            let args = [&["-I"][..], &rule].concat();
-            assert!(
-                iptables_in_pod(uid, "app-operator", &args),
-                "cutting the operator"
-            );
-        }
+        let cut = OperatorCut::new(
+            &operators,
+            &["OUTPUT", "-p", "tcp", "--dport", "2379", "-j", "DROP"],
+        );
+        // A settled cluster is looked at again on a change: this one asks for a scale-out.
+        merge_patch(&ns, "etcd", name, &json!({ "spec": { "size": 5 } }));
         eventually(Duration::from_secs(120), "EtcdUnreachable", || async {
             let status = &etcd_cluster(&ns, name)["status"];
             (condition(status, "Degraded")["reason"] == "EtcdUnreachable"
@@ -1970,7 +1968,6 @@ mod long {
             "killing {}",
             victim.name_any()
         );
-        merge_patch(&ns, "etcd", name, &json!({ "spec": { "size": 5 } }));
         let before = member_pods(&ns, name).await.into_keys().collect::<Vec<_>>();
         testkit::stays_for(
             Duration::from_secs(45),
@@ -1993,13 +1990,7 @@ mod long {
             "cut off: {} killed, size 5 asked; the Pods stayed {before:?}, EtcdUnreachable",
             victim.name_any()
         );
-        for uid in &operators {
-            let args = [&["-D"][..], &rule].concat();
-            assert!(
-                iptables_in_pod(uid, "app-operator", &args),
-                "healing the operator"
-            );
-        }
+        drop(cut);
         etcd_settled(&ns, name, 5).await;
         assert!(
             !member_pods(&ns, name)
@@ -2014,6 +2005,46 @@ mod long {
             "etcd while the operator could not reach it",
         )
         .await;
+    }
+
+    /// An iptables rule in the network namespaces of the operator's Pods, removed when dropped
+    /// (a failed test leaves no operator cut off for the next ones).
+    struct OperatorCut {
+        uids: Vec<String>,
+        rule: Vec<String>,
+    }
+
+    impl OperatorCut {
+        fn new(uids: &[String], rule: &[&str]) -> OperatorCut {
+            let rule: Vec<String> = rule.iter().map(|s| (*s).to_owned()).collect();
+            for uid in uids {
+                assert!(
+                    Self::iptables(uid, "-I", &rule),
+                    "adding {rule:?} in operator Pod {uid}"
+                );
+            }
+            OperatorCut {
+                uids: uids.to_vec(),
+                rule,
+            }
+        }
+
+        fn iptables(uid: &str, action: &str, rule: &[String]) -> bool {
+            let args: Vec<&str> = std::iter::once(action)
+                .chain(rule.iter().map(String::as_str))
+                .collect();
+            testkit::node_process::iptables_in_pod(uid, "app-operator", &args)
+        }
+    }
+
+    impl Drop for OperatorCut {
+        fn drop(&mut self) {
+            for uid in &self.uids {
+                if !Self::iptables(uid, "-D", &self.rule) {
+                    eprintln!("could not remove {:?} in operator Pod {uid}", self.rule);
+                }
+            }
+        }
     }
 
     /// Every operator process killed (SIGKILL) twice under writes: while a scale-out 3 → 5 adds
