@@ -57,7 +57,8 @@ pub(crate) fn build_static_binary() -> Result<PathBuf> {
     Ok(target_dir.join(triple).join("release/app-operator"))
 }
 
-pub(crate) fn build_image(output: &Path) -> Result<()> {
+/// `make image`: the archive at `output`, naming the image `reference` (`IMG`).
+pub(crate) fn build_image(output: &Path, reference: &str) -> Result<()> {
     let binary = build_static_binary()?;
     let output = if output.is_relative() {
         repo().join(output)
@@ -73,11 +74,11 @@ pub(crate) fn build_image(output: &Path) -> Result<()> {
         licenses: env!("CARGO_PKG_LICENSE").to_owned(),
         sbom: serde_json::to_vec_pretty(&sbom::cyclonedx(&repo(), "app-operator", TRIPLE)?)?,
     };
-    image::write_archive(&binary, &provenance, &output)?;
+    image::write_archive(&binary, &provenance, &output, reference)?;
     println!(
         "wrote {} ({}, entrypoint /app-operator, user {}, revision {}, SBOM at /{})",
         output.display(),
-        image::REFERENCE,
+        image::full_name(reference),
         image::USER,
         provenance.revision,
         image::SBOM_PATH

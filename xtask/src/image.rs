@@ -10,9 +10,24 @@ use local_cluster::oci::{self, ImageConfig, Layer};
 
 /// The unprivileged user of distroless images; the manifests run the operator as it.
 pub const USER: &str = "65532:65532";
-pub const REFERENCE: &str = "app-operator:latest";
-/// [`REFERENCE`] as containerd and the kubelet name it.
-pub const NAME: &str = "docker.io/library/app-operator:latest";
+
+/// `reference` (`IMG`) as containerd and the kubelet name it: a registry host when the first
+/// part looks like one (has a `.` or `:`, or is `localhost`), else `docker.io` (and `library/`
+/// for one-part names), and `:latest` when it has neither tag nor digest.
+pub fn full_name(reference: &str) -> String {
+    let (first, _) = reference.split_once('/').unwrap_or(("", reference));
+    let has_registry = first.contains(['.', ':']) || first == "localhost";
+    let mut name = match (has_registry, reference.contains('/')) {
+        (true, _) => reference.to_owned(),
+        (false, true) => format!("docker.io/{reference}"),
+        (false, false) => format!("docker.io/library/{reference}"),
+    };
+    let last = name.rsplit('/').next().unwrap_or_default();
+    if !last.contains([':', '@']) {
+        name.push_str(":latest");
+    }
+    name
+}
 
 /// What the image says of itself: OCI labels (`org.opencontainers.image.*`) and the SBOM it
 /// carries at [`SBOM_PATH`].
@@ -31,8 +46,13 @@ pub struct Provenance {
 pub const SBOM_PATH: &str = "usr/share/sbom/app-operator.cdx.json";
 
 /// Writes the image archive of `binary` (installed as `/app-operator`) to `output`, named
-/// [`NAME`].
-pub fn write_archive(binary: &Path, provenance: &Provenance, output: &Path) -> Result<()> {
+/// `reference` ([`full_name`]).
+pub fn write_archive(
+    binary: &Path,
+    provenance: &Provenance,
+    output: &Path,
+    reference: &str,
+) -> Result<()> {
     // The one layer, beside the archive while it is written: the binary, owned by root,
     // executable by all, and the SBOM, readable by all.
     let with_suffix = |suffix: &str| {
@@ -69,10 +89,36 @@ pub fn write_archive(binary: &Path, provenance: &Provenance, output: &Path) -> R
     let written = oci::write_archive(
         std::slice::from_ref(&layer_path),
         &config,
-        &[NAME.to_owned()],
+        &[full_name(reference)],
         output,
     );
     std::fs::remove_file(&layer_path)
         .with_context(|| format!("removing {}", layer_path.display()))?;
     Ok(written?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::full_name;
+
+    #[test]
+    fn references_are_named_as_containerd_names_them() {
+        for (reference, name) in [
+            ("app-operator", "docker.io/library/app-operator:latest"),
+            ("app-operator:v1", "docker.io/library/app-operator:v1"),
+            ("team/app-operator:v1", "docker.io/team/app-operator:v1"),
+            (
+                "registry.example/app-operator:v0.1.0",
+                "registry.example/app-operator:v0.1.0",
+            ),
+            (
+                "localhost:5000/app-operator",
+                "localhost:5000/app-operator:latest",
+            ),
+            ("localhost/x:1", "localhost/x:1"),
+            ("r.io/a/b@sha256:00", "r.io/a/b@sha256:00"),
+        ] {
+            assert_eq!(full_name(reference), name, "{reference}");
+        }
+    }
 }

@@ -80,7 +80,8 @@ enum Task {
     BuildInstaller,
     /// Local control plane up (if none), CRDs installed, the operator in the foreground, samples applied.
     Run,
-    /// Build a static app-operator and write it as a one-layer OCI image archive (no Docker needed).
+    /// Build a static app-operator and write it as a one-layer OCI image archive (no Docker
+    /// needed), named $IMG (default app-operator:latest).
     Image {
         /// Where to write the archive.
         #[arg(long, default_value = "target/app-operator-image.tar")]
@@ -226,7 +227,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("wrote {} (image {})", out.display(), target.img);
         }
         Task::Run => return runtime.block_on(run_operator()),
-        Task::Image { output } => build_image(&output)?,
+        Task::Image { output } => {
+            let img = local_cluster::install::UserEnv::from_process().img;
+            build_image(
+                &output,
+                img.as_deref()
+                    .unwrap_or(local_cluster::install::DEFAULT_IMG),
+            )?;
+        }
         Task::Load { archive } => load(&archive)?,
         Task::Bench {
             sizes,

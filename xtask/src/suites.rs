@@ -298,7 +298,7 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
         }
     }
     let archive = repo().join("target/app-operator-image.tar");
-    build_image(&archive)?;
+    build_image(&archive, install::DEFAULT_IMG)?;
     let layout = Layout {
         state_dir: repo().join("target/test-real-node"),
     };

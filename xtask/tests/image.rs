@@ -53,6 +53,7 @@ fn make_image_writes_a_valid_oci_archive_of_the_static_binary() {
     let status = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["image", "--output"])
         .arg(&archive)
+        .env_remove("IMG")
         .status()
         .unwrap();
     assert!(status.success());
@@ -179,4 +180,40 @@ fn make_image_writes_a_valid_oci_archive_of_the_static_binary() {
         "{version:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `make image IMG=…` names the image what it is told (as containerd and the kubelet name it).
+#[test]
+fn make_image_names_the_image_img() {
+    let dir = std::env::temp_dir().join(format!("app-operator-image-img-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let archive = dir.join("image.tar");
+    for (img, name, tag) in [
+        (
+            "registry.example:5000/team/app-operator:v1",
+            "registry.example:5000/team/app-operator:v1",
+            "v1",
+        ),
+        (
+            "app-operator:v0.2.0",
+            "docker.io/library/app-operator:v0.2.0",
+            "v0.2.0",
+        ),
+    ] {
+        let status = Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .args(["image", "--output"])
+            .arg(&archive)
+            .env("IMG", img)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let files = entries(&std::fs::read(&archive).unwrap());
+        let index: serde_json::Value = serde_json::from_slice(&files["index.json"]).unwrap();
+        let annotations = &index["manifests"][0]["annotations"];
+        assert_eq!(annotations["io.containerd.image.name"], name, "{img}");
+        assert_eq!(
+            annotations["org.opencontainers.image.ref.name"], tag,
+            "{img}"
+        );
+    }
 }
