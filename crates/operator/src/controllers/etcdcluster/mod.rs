@@ -129,10 +129,12 @@ impl Reconciler for EtcdClusterReconciler {
         };
         let membership = match &etcd {
             Some(etcd) => self.membership(context, &**etcd, &endpoints).await,
-            None => None,
+            None => Err(NoMembership::NotAsked),
         };
+        let unreachable = membership.as_ref().err() == Some(&NoMembership::Unreachable);
         let observed = Observed {
-            etcd: membership,
+            etcd: membership.ok(),
+            unreachable,
             pods,
             claims,
             ever_served: cluster
@@ -190,6 +192,17 @@ impl Reconciler for EtcdClusterReconciler {
     fn forget_metrics(&self, namespace: &str, name: &str) {
         self.metrics.forget_etcd_cluster(namespace, name);
     }
+}
+
+/// Why a pass has no member list.
+#[derive(Debug, PartialEq, Eq)]
+enum NoMembership {
+    /// No member Pod may be running, or the cluster's TLS Secrets are not usable.
+    NotAsked,
+    /// Members were reached, and none could list the members (no leader, a learner, a timeout).
+    Unanswered,
+    /// No member could even be connected to.
+    Unreachable,
 }
 
 /// The snapshot a restored cluster's first member Pod started from.
@@ -281,22 +294,25 @@ impl EtcdClusterReconciler {
             .client_url(&context.name, &context.namespace, pod, tls)
     }
 
-    /// etcd's member list joined with each started member's own status; `None` when no member
-    /// Pod answers.
+    /// etcd's member list joined with each started member's own status; when no member Pod
+    /// answers, whether none could even be connected to.
     async fn membership(
         &self,
         context: &Target<'_, EtcdCluster>,
         etcd: &dyn EtcdApi,
         endpoints: &[String],
-    ) -> Option<Membership> {
+    ) -> Result<Membership, NoMembership> {
         if endpoints.is_empty() {
-            return None;
+            return Err(NoMembership::NotAsked);
         }
         let listed = match etcd_api::members_with_status(etcd, endpoints).await {
             Ok(listed) => listed,
             Err(error) => {
                 tracing::debug!(%error, cluster = %context.name, "no member answered the member list");
-                return None;
+                return Err(match error {
+                    EtcdError::Unreachable { .. } => NoMembership::Unreachable,
+                    _ => NoMembership::Unanswered,
+                });
             }
         };
         let leader = listed
@@ -319,7 +335,7 @@ impl EtcdClusterReconciler {
                 version: status.as_ref().and_then(|s| Version::parse(&s.version)),
             })
             .collect();
-        Some(Membership { members, leader })
+        Ok(Membership { members, leader })
     }
 
     /// Takes one step; records it in an event.

@@ -101,6 +101,10 @@ pub struct Observed {
     pub ever_served: bool,
     /// The members' data claims (named after their Pods), those not being deleted.
     pub claims: Vec<String>,
+    /// No member could even be connected to (as opposed to members that answered without a
+    /// leader): with `etcd` `None`, the operator cannot tell a lost quorum from its own
+    /// broken path to the members.
+    pub unreachable: bool,
 }
 
 impl Observed {
@@ -358,7 +362,7 @@ fn without_membership(desired: &Desired, observed: &Observed, new_pod: &str) -> 
     let live = observed.pods.iter().any(MemberPod::live);
     let data_kept = !observed.claims.is_empty();
     let restore_failed = desired.restoring && observed.pods.iter().any(|p| p.dead);
-    let serving = observed.pods.iter().any(|p| p.live() && p.ready);
+    let serving = observed.unreachable && observed.pods.iter().any(|p| p.live() && p.ready);
     let blocked = if observed.ever_served {
         Some(if serving {
             Blocked::Unreachable
@@ -471,6 +475,7 @@ mod tests {
             }),
             ever_served: true,
             claims: vec![],
+            unreachable: false,
         }
     }
 
@@ -485,6 +490,7 @@ mod tests {
             etcd: None,
             ever_served: false,
             claims: vec![],
+            unreachable: false,
         };
         assert_eq!(
             step(&desired(3), &seen),
@@ -505,6 +511,7 @@ mod tests {
             etcd: None,
             ever_served: false,
             claims: vec![],
+            unreachable: false,
         };
         assert_eq!(
             step(&desired(1), &seen),
@@ -524,13 +531,19 @@ mod tests {
             etcd: None,
             ever_served: true,
             claims: vec![],
+            unreachable: true,
         };
         let plan = plan(&desired(5), &seen, "new");
         assert_eq!(
             (plan.step, plan.blocked),
             (None, Some(Blocked::Unreachable))
         );
+        // A member answered that it has no leader: the quorum is lost, whatever the Pods say.
+        seen.unreachable = false;
+        let plan = self::plan(&desired(5), &seen, "new");
+        assert_eq!((plan.step, plan.blocked), (None, Some(Blocked::QuorumLost)));
         // Not Ready either: their own health checks fail too, so the quorum is what is lost.
+        seen.unreachable = true;
         for pod in &mut seen.pods {
             pod.ready = false;
         }
@@ -545,6 +558,7 @@ mod tests {
             etcd: None,
             ever_served: true,
             claims: vec![],
+            unreachable: false,
         };
         let plan = plan(&desired(1), &seen, "new");
         assert_eq!(plan.step, None);
@@ -689,6 +703,7 @@ mod tests {
             etcd: None,
             ever_served: true,
             claims: claims(&["a", "b", "c"]),
+            unreachable: false,
         };
         let first = plan(&desired(3), &seen, "new");
         assert_eq!(
@@ -732,6 +747,7 @@ mod tests {
             etcd: None,
             ever_served: true,
             claims: vec![],
+            unreachable: false,
         };
         let plan = plan(&desired(3), &seen, "new");
         assert_eq!(
@@ -824,6 +840,7 @@ mod tests {
             etcd: None,
             ever_served: false,
             claims: vec![],
+            unreachable: false,
         };
         assert_eq!(
             step(&desired(3), &fresh),

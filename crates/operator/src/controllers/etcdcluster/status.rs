@@ -313,6 +313,7 @@ mod tests {
             }),
             ever_served: true,
             claims: vec![],
+            unreachable: false,
         }
     }
 
@@ -476,6 +477,7 @@ mod tests {
             etcd: None,
             ever_served: false,
             claims: vec![],
+            unreachable: false,
         };
         let plan = Plan {
             step: Some(Step::Bootstrap { pod: "db-1".into() }),
