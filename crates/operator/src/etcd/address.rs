@@ -98,7 +98,8 @@ impl Addressing {
     }
 }
 
-fn scheme(tls: bool) -> &'static str {
+/// `https` for TLS, else `http`.
+pub fn scheme(tls: bool) -> &'static str {
     if tls { "https" } else { "http" }
 }
 

@@ -4,7 +4,7 @@
 //! failing are replaced with growing delays, as the ReplicaSet and DaemonSet controllers do.
 
 mod expectations;
-mod pods;
+pub(crate) mod pods;
 mod status;
 
 pub use pods::{CLUSTER_LABEL, pod};

@@ -74,6 +74,7 @@ pub fn is_finished(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none() && matches!(phase(pod), Some("Failed" | "Succeeded"))
 }
 
+/// The kubelet reports the Pod Ready (its readiness probes pass).
 pub fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()

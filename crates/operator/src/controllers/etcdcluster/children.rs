@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use crate::controllers::restricted::{NON_ROOT, pod_security_context, restrict};
-use crate::etcd::address::{Addressing, CLIENT_PORT, PEER_PORT};
+use crate::etcd::address::{Addressing, CLIENT_PORT, PEER_PORT, scheme};
 use crate::etcd::version::Version;
 use crate::etcd::{image, quorum};
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
@@ -110,7 +110,6 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
         member
             .addressing
             .client_url(&name, &namespace, member.name, server_tls.is_some());
-    let scheme = |tls: Option<&str>| if tls.is_some() { "https" } else { "http" };
     let state = match member.state {
         ClusterState::New => "new",
         ClusterState::Existing => "existing",
@@ -131,11 +130,11 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
         .chain([
             format!(
                 "--listen-peer-urls={}://{listen}:{PEER_PORT}",
-                scheme(peer_tls)
+                scheme(peer_tls.is_some())
             ),
             format!(
                 "--listen-client-urls={}://{listen}:{CLIENT_PORT}",
-                scheme(server_tls)
+                scheme(server_tls.is_some())
             ),
             format!("--advertise-client-urls={client_url}"),
             format!("--initial-cluster-state={state}"),

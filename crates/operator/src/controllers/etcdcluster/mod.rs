@@ -35,6 +35,7 @@ pub use self::children::CLUSTER_LABEL;
 use self::children::{ClusterState, MemberPod as MemberPodSpec, pod_version};
 use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
 use super::Wiring;
+use super::appcluster::pods::is_ready;
 use crate::etcd::address::Addressing;
 use crate::etcd::version::Version;
 use crate::etcd::{self as etcd_api, ClientTls, EtcdApi, EtcdError, tls};
@@ -120,7 +121,12 @@ impl Reconciler for EtcdClusterReconciler {
             .map(|pod| member_pod(pod, &claims, &deleting))
             .collect();
         let endpoints = self.endpoints(context, &pods);
-        let etcd = match client_for(&context.shared.client, &self.etcd.client, cluster).await {
+        let client = &context.shared.client;
+        let etcd = async {
+            check_member_secrets(client, cluster).await?;
+            client_for(client, &self.etcd.client, cluster).await
+        };
+        let etcd = match etcd.await {
             Ok(etcd) => Some(etcd),
             Err(error) => {
                 outcome = outcome.and(Err(error));
@@ -223,11 +229,7 @@ fn member_pod(pod: &Pod, claims: &[String], deleting: &[String]) -> MemberPod {
         version: pod_version(pod),
         keeps_data: claim.as_ref().is_some_and(|claim| claims.contains(claim)),
         losing_data: claim.is_some_and(|claim| deleting.contains(&claim)),
-        ready: pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        ready: is_ready(pod),
     }
 }
 
@@ -705,15 +707,10 @@ async fn restore_source(
     }
 }
 
-/// The etcd client for `cluster`: `shared` itself, or, for a cluster whose members serve TLS, one
-/// presenting the certificate of `spec.TLS.static.operatorSecret`. The members' own Secrets are
-/// checked too: without them their Pods would wait for their volumes, saying so only in events.
-/// A missing or unusable Secret is waited for (we do not watch Secrets: retried with backoff).
-pub async fn client_for(
-    client: &kube::Client,
-    shared: &Arc<dyn EtcdApi>,
-    cluster: &EtcdCluster,
-) -> Result<Arc<dyn EtcdApi>, Error> {
+/// The members' own TLS Secrets exist with their keys: without them the members' Pods would
+/// wait for their volumes, saying so only in events. Waited for (we do not watch Secrets:
+/// retried with backoff).
+async fn check_member_secrets(client: &kube::Client, cluster: &EtcdCluster) -> Result<(), Error> {
     let spec = &cluster.spec;
     let namespace = cluster.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
@@ -737,9 +734,22 @@ pub async fn client_for(
             return Err(unusable_secret(field, name, &keys, why));
         }
     }
-    let Some(name) = spec.operator_tls_secret() else {
+    Ok(())
+}
+
+/// The etcd client for `cluster`: `shared` itself, or, for a cluster whose members serve TLS, one
+/// presenting the certificate of `spec.TLS.static.operatorSecret`. A missing or unusable Secret
+/// is waited for (retried with backoff).
+pub async fn client_for(
+    client: &kube::Client,
+    shared: &Arc<dyn EtcdApi>,
+    cluster: &EtcdCluster,
+) -> Result<Arc<dyn EtcdApi>, Error> {
+    let Some(name) = cluster.spec.operator_tls_secret() else {
         return Ok(shared.clone());
     };
+    let namespace = cluster.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let field = "operatorSecret";
     let data = secret_data(&secrets, name, field, &namespace).await?;
     let keys = [tls::CLIENT_CERT, tls::CLIENT_KEY, tls::CLIENT_CA];
