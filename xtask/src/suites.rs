@@ -305,10 +305,8 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
     eprintln!("starting a local control plane with a real node for the real-node suite");
     let cluster = Cluster::up(&layout, tools, &ClusterOptions::real_node()).await?;
     let suite = async {
-        local_cluster::registry::push_archive(
-            &archive,
-            &local_cluster::node::NodeLayout::of(&layout).registry_address()?,
-        )?;
+        let registry = local_cluster::node::NodeLayout::of(&layout).registry_address()?;
+        local_cluster::registry::push_archive(&archive, &registry)?;
         let target = Target {
             kubectl: tools.bin("kubectl"),
             kubeconfig: Some(cluster.kubeconfig.clone().into_os_string()),
@@ -340,39 +338,9 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
         if which == RealNodeTests::Long {
             return Ok(());
         }
-        // The chart, as Helm users install it, in place of `make deploy`'s operator: the same
-        // image; its test Pod on the toolbox (the chart's default busybox:1.37 is not built here,
-        // the toolbox has GNU wget, which takes the same arguments).
+        // The chart, as Helm users install it, in place of `make deploy`'s operator.
         print!("{}", install::undeploy(&target, &repo(), &overlay_dir())?);
-        let helm = |args: &[&str]| -> Result<()> {
-            let status = Command::new(tools.bin("helm"))
-                .args(args)
-                .env("KUBECONFIG", &cluster.kubeconfig)
-                .status()?;
-            if !status.success() {
-                bail!("helm {} failed ({status})", args.join(" "));
-            }
-            Ok(())
-        };
-        let chart = repo().join("charts/app-operator");
-        let release = ["app-operator", "-n", "app-operator-helm"];
-        helm(
-            &[
-                &["install", release[0], path(&chart)?],
-                &release[1..],
-                &[
-                    "--create-namespace",
-                    "--set=image.repository=app-operator",
-                    "--set=image.tag=latest",
-                    "--set=test.image=docker.io/app-operator/toolbox:1",
-                    "--wait",
-                    "--timeout=180s",
-                ],
-            ]
-            .concat(),
-        )?;
-        helm(&[&["test"][..], &release, &["--timeout=120s"]].concat())?;
-        helm(&[&["uninstall"][..], &release, &["--wait"]].concat())?;
+        helm_release(tools, &cluster.kubeconfig, &registry)?;
         Ok(())
     }
     .await;
@@ -382,4 +350,125 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
         started.elapsed().as_secs_f64()
     );
     suite
+}
+
+/// The chart on the real node as a user installs a release of it: `make image IMG=app-operator:v1`,
+/// `make load`, `helm install --set image.tag=v1` (Ready, `helm test` passes); `helm upgrade` to a
+/// chart whose MyApp CRD changed changes the CRD in the cluster; `helm uninstall` keeps the CRDs.
+fn helm_release(tools: &Tools, kubeconfig: &Path, registry: &str) -> Result<()> {
+    let archive = repo().join("target/app-operator-image-v1.tar");
+    build_image(&archive, "app-operator:v1")?;
+    local_cluster::registry::push_archive(&archive, registry)?;
+    let run = |tool: &str, args: &[&str]| -> Result<String> {
+        let output = Command::new(tools.bin(tool))
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .output()?;
+        if !output.status.success() {
+            bail!(
+                "{tool} {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    let chart = repo().join("charts/app-operator");
+    let release = ["app-operator", "-n", "app-operator-helm"];
+    run(
+        "helm",
+        &[
+            &["install", release[0], path(&chart)?],
+            &release[1..],
+            &[
+                "--create-namespace",
+                "--set=image.tag=v1",
+                // The chart's default busybox:1.37 is not built here; the toolbox has GNU wget,
+                // which takes the same arguments.
+                "--set=test.image=docker.io/app-operator/toolbox:1",
+                "--wait",
+                "--timeout=180s",
+            ],
+        ]
+        .concat(),
+    )?;
+    run(
+        "helm",
+        &[&["test"][..], &release, &["--timeout=120s"]].concat(),
+    )?;
+    let image = run(
+        "kubectl",
+        &[
+            "get",
+            "deployment",
+            "-n",
+            release[2],
+            "-o",
+            "jsonpath={.items[*].spec.template.spec.containers[*].image}",
+        ],
+    )?;
+    if image.trim() != "app-operator:v1" {
+        bail!("the release runs {image}, not app-operator:v1");
+    }
+    println!("helm install --set image.tag=v1: Ready, helm test passed");
+
+    let next = repo().join("target/chart-next");
+    add_printer_column(&chart, &next, "example.com_myapps.yaml", "Upgraded")?;
+    run(
+        "helm",
+        &[
+            &["upgrade", release[0], path(&next)?],
+            &release[1..],
+            &["--reuse-values", "--wait", "--timeout=180s"],
+        ]
+        .concat(),
+    )?;
+    let columns = run(
+        "kubectl",
+        &[
+            "get",
+            "crd",
+            "myapps.example.com",
+            "-o",
+            "jsonpath={.spec.versions[0].additionalPrinterColumns[*].name}",
+        ],
+    )?;
+    if !columns
+        .split_whitespace()
+        .any(|column| column == "Upgraded")
+    {
+        bail!("helm upgrade left the MyApp CRD as it was (columns: {columns})");
+    }
+    println!("helm upgrade: the MyApp CRD gained the chart's new column");
+    run(
+        "helm",
+        &[&["uninstall"][..], &release, &["--wait"]].concat(),
+    )?;
+    run("kubectl", &["get", "crd", "myapps.example.com"])
+        .context("helm uninstall removed the CRDs (crds.keep)")?;
+    println!("helm uninstall: the CRDs are kept");
+    Ok(())
+}
+
+/// A copy of `chart` at `next` whose CRD `file` has one more printer column: the next release of
+/// the chart, as far as its CRDs go.
+fn add_printer_column(chart: &Path, next: &Path, file: &str, column: &str) -> Result<()> {
+    if next.exists() {
+        std::fs::remove_dir_all(next)?;
+    }
+    let copied = Command::new("cp").arg("-r").arg(chart).arg(next).status()?;
+    if !copied.success() {
+        bail!("copying {} failed", chart.display());
+    }
+    let crd_path = next.join("files/crds").join(file);
+    let mut crd: serde_json::Value = serde_norway::from_str(&std::fs::read_to_string(&crd_path)?)?;
+    let columns = crd
+        .pointer_mut("/spec/versions/0/additionalPrinterColumns")
+        .and_then(serde_json::Value::as_array_mut)
+        .with_context(|| format!("{file} has no printer columns"))?;
+    columns.push(serde_json::json!({
+        "name": column, "type": "string", "jsonPath": ".metadata.name"
+    }));
+    std::fs::write(&crd_path, serde_norway::to_string(&crd)?)?;
+    Ok(())
 }

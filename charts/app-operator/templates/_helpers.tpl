@@ -51,12 +51,28 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.metrics.secure }}https{{ else }}http{{ end -}}
 {{- end -}}
 
-{{/* The Secret cert-manager writes the metrics certificate to (metrics.certManager). */}}
+{{/* The Secret the metrics certificate is mounted from: the user's (metrics.certSecret), else the
+one cert-manager writes (metrics.certManager); empty when there is none (self-signed). */}}
 {{- define "app-operator.metricsCertSecret" -}}
+{{- if .Values.metrics.certSecret -}}
+{{- if not .Values.metrics.secure }}
+{{- fail "metrics.certSecret needs metrics.secure: the certificate serves HTTPS" }}
+{{- end }}
+{{- if .Values.metrics.certManager.enabled }}
+{{- fail "metrics.certSecret and metrics.certManager.enabled: give one certificate" }}
+{{- end }}
+{{- .Values.metrics.certSecret -}}
+{{- else if .Values.metrics.certManager.enabled -}}
 {{ include "app-operator.fullname" . }}-metrics-cert
+{{- end -}}
 {{- end }}
 
 {{/* The metrics Service's DNS name, which its certificate is for. */}}
 {{- define "app-operator.metricsServerName" -}}
 {{ include "app-operator.fullname" . }}-metrics.{{ .Release.Namespace }}.svc
+{{- end }}
+
+{{/* The runbooks' URL in config/prometheus/alerts.yaml, which metrics.prometheusRule.runbookBaseURL replaces. */}}
+{{- define "app-operator.runbooks" -}}
+https://github.com/app-operator/app-operator/blob/main/docs/runbooks.md
 {{- end }}

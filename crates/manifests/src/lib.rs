@@ -27,7 +27,8 @@ pub enum ManifestsError {
 
 /// `(path relative to the repository, content)` of every generated file; `repo` is read for
 /// the files copied from hand-written ones (`config/rbac/role.yaml`,
-/// `config/rbac/owned_objects_policy.yaml`, `config/prometheus/alerts.yaml`).
+/// `config/rbac/owned_objects_policy.yaml`, `config/prometheus/alerts.yaml`,
+/// `config/grafana/dashboard.json`).
 pub fn generated_files(repo: &Path) -> Result<Vec<(String, String)>, ManifestsError> {
     let read = |file: &'static str| {
         let path = repo.join(file);
@@ -35,7 +36,7 @@ pub fn generated_files(repo: &Path) -> Result<Vec<(String, String)>, ManifestsEr
     };
     let mut files = Vec::new();
     for (name, yaml) in crd_files()? {
-        for dir in ["config/crd/bases", "charts/app-operator/crds"] {
+        for dir in ["config/crd/bases", "charts/app-operator/files/crds"] {
             files.push((format!("{dir}/{name}"), yaml.clone()));
         }
     }
@@ -61,6 +62,10 @@ pub fn generated_files(repo: &Path) -> Result<Vec<(String, String)>, ManifestsEr
             "# Generated from {POLICY} by `make manifests`; the chart puts its own names in.\n{}",
             read(POLICY)?
         ),
+    ));
+    files.push((
+        "charts/app-operator/files/dashboard.json".into(),
+        read("config/grafana/dashboard.json")?,
     ));
     files.extend(
         user_role_files()

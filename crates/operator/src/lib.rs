@@ -1,4 +1,5 @@
-//! app-operator: Kubernetes controllers for `MyApp`, `AppCluster` and `Sample`.
+//! app-operator: Kubernetes controllers for `MyApp`, `AppCluster`, `Sample`, `EtcdCluster`, `EtcdBackup`
+//! and `SampleDB`.
 
 pub mod controllers;
 pub mod etcd;

@@ -161,6 +161,17 @@ fn the_helm_chart_lints_and_its_defaults_pass_a_server_side_dry_run() {
         deployment["metadata"]["labels"]["helm.sh/chart"],
         "app-operator-0.1.0"
     );
+    assert!(
+        deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"].is_null(),
+        "no fixed UID: the image's user, or the one the platform assigns"
+    );
+    let budget = find(&objects, "PodDisruptionBudget", "demo-app-operator");
+    assert_eq!(budget["spec"]["minAvailable"], 1);
+    assert_eq!(
+        budget["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    assert_crds_are_config_crds(&objects);
     find(&objects, "ClusterRole", "demo-app-operator-manager-role");
     assert!(
         !objects.iter().any(|o| o["kind"] == "NetworkPolicy"
@@ -171,8 +182,60 @@ fn the_helm_chart_lints_and_its_defaults_pass_a_server_side_dry_run() {
     );
     let applied = server_dry_run(&objects.iter().collect::<Vec<_>>());
     assert!(
-        applied.contains("deployment.apps/demo-app-operator created (server dry run)"),
+        applied.contains("deployment.apps/demo-app-operator created (server dry run)")
+            && applied.contains("poddisruptionbudget.policy/demo-app-operator created")
+            && applied.contains("customresourcedefinition.apiextensions.k8s.io/etcdclusters"),
         "{applied}"
+    );
+}
+
+/// Every number in `value` as a float: Helm's templates read YAML numbers as floats (`1.0` and `1`
+/// are one number to the API server).
+fn numbers_as_floats(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Number(number) => {
+            *value = serde_json::json!(number.as_f64().unwrap());
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(numbers_as_floats),
+        serde_json::Value::Object(fields) => fields.values_mut().for_each(numbers_as_floats),
+        _ => {}
+    }
+}
+
+/// The chart's CRDs are config/crd/bases's, as templates (so `helm upgrade` upgrades them) with
+/// Helm's labels and the annotation that keeps them through `helm uninstall`.
+fn assert_crds_are_config_crds(objects: &[serde_json::Value]) {
+    let bases = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/crd/bases");
+    let mut files = 0;
+    for entry in std::fs::read_dir(bases).unwrap() {
+        let mut expected: serde_json::Value =
+            serde_norway::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap())
+                .unwrap();
+        let name = expected["metadata"]["name"].as_str().unwrap().to_owned();
+        let mut rendered = find(objects, "CustomResourceDefinition", &name).clone();
+        assert_eq!(
+            rendered["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
+            "{name}"
+        );
+        assert_eq!(
+            rendered["metadata"]["labels"]["app.kubernetes.io/managed-by"], "Helm",
+            "{name}"
+        );
+        for object in [&mut expected, &mut rendered] {
+            let metadata = object["metadata"].as_object_mut().unwrap();
+            metadata.remove("labels");
+            metadata.remove("annotations");
+            numbers_as_floats(object);
+        }
+        assert_eq!(rendered, expected, "{name} differs from config/crd/bases");
+        files += 1;
+    }
+    assert_eq!(
+        objects
+            .iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .count(),
+        files
     );
 }
 
@@ -203,7 +266,26 @@ fn the_helm_charts_values_are_applied_and_checked() {
             "metrics.serviceMonitor.prometheusServiceAccount.name=prometheus",
             "metrics.serviceMonitor.prometheusServiceAccount.namespace=monitoring",
             "metrics.prometheusRule.enabled=true",
+            "metrics.prometheusRule.runbookBaseURL=https://wiki.example/runbooks",
+            "metrics.grafanaDashboard.enabled=true",
+            "metrics.grafanaDashboard.namespace=monitoring",
             "networkPolicy.enabled=true",
+            "leaderElection.leaseDuration=30s",
+            "leaderElection.renewDeadline=20s",
+            "leaderElection.retryPeriod=4s",
+            "controllers={myapp,sampledb}",
+            "maxConcurrentReconciles=3",
+            "requestTimeout=30s",
+            "watchTimeout=45s",
+            "clusterDomain=corp.local",
+            "healthProbePort=9091",
+            "leaderElection.namespace=ops",
+            "extraArgs[0]=--etcd-dns-server=10.96.0.10",
+            "extraEnv[0].name=RUST_BACKTRACE,extraEnv[0].value=full",
+            "podSecurityContext.runAsUser=1000740000",
+            "securityContext.readOnlyRootFilesystem=false",
+            "crds.create=false",
+            "podDisruptionBudget.minAvailable=50%",
         ],
     );
     let deployment = find(&objects, "Deployment", "demo-ops");
@@ -222,6 +304,67 @@ fn the_helm_charts_values_are_applied_and_checked() {
         spec["affinity"]["podAntiAffinity"].is_null(),
         "a given affinity replaces the default"
     );
+    let manager = &spec["containers"][0];
+    let args: Vec<&str> = manager["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for arg in [
+        "--leader-election-lease-duration=30s",
+        "--leader-election-renew-deadline=20s",
+        "--leader-election-retry-period=4s",
+        "--controllers=myapp,sampledb",
+        "--max-concurrent-reconciles=3",
+        "--request-timeout=30s",
+        "--watch-timeout=45s",
+        "--cluster-domain=corp.local",
+        "--health-probe-bind-address=:9091",
+        "--leader-election-namespace=ops",
+        "--etcd-dns-server=10.96.0.10",
+    ] {
+        assert!(args.contains(&arg), "{arg} not in {args:?}");
+    }
+    assert_eq!(manager["ports"][1]["containerPort"], 9091);
+    assert!(
+        manager["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "RUST_BACKTRACE" && e["value"] == "full")
+    );
+    assert_eq!(spec["securityContext"]["runAsUser"], 1_000_740_000_u64);
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(manager["securityContext"]["readOnlyRootFilesystem"], false);
+    assert_eq!(
+        manager["securityContext"]["capabilities"]["drop"][0], "ALL",
+        "a value replaces its key, the others stay"
+    );
+    assert!(
+        !objects
+            .iter()
+            .any(|o| o["kind"] == "CustomResourceDefinition"),
+        "crds.create=false"
+    );
+    assert_eq!(
+        find(&objects, "PodDisruptionBudget", "demo-ops")["spec"]["minAvailable"],
+        "50%"
+    );
+    let dashboard = find(&objects, "ConfigMap", "demo-ops-dashboard");
+    assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: serde_json::Value =
+        serde_json::from_str(dashboard["data"]["app-operator.json"].as_str().unwrap()).unwrap();
+    let committed: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../config/grafana/dashboard.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json, committed, "the dashboard is config/grafana's");
     assert_eq!(
         find(&objects, "ServiceAccount", "robot")["metadata"]["annotations"]["team"],
         "db"
@@ -259,18 +402,29 @@ fn the_helm_charts_values_are_applied_and_checked() {
         "demo-ops-prometheus-metrics-reader",
     );
     assert_eq!(reader["subjects"][0]["name"], "prometheus");
+    // config/prometheus's alerts, their runbooks where runbookBaseURL says.
     let alerts: serde_json::Value = serde_norway::from_str(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../config/prometheus/alerts.yaml"
         ))
-        .unwrap(),
+        .unwrap()
+        .replace(
+            "https://github.com/app-operator/app-operator/blob/main/docs/runbooks.md",
+            "https://wiki.example/runbooks",
+        ),
     )
     .unwrap();
+    let rule = find(&objects, "PrometheusRule", "demo-ops-alerts");
     assert_eq!(
-        find(&objects, "PrometheusRule", "demo-ops-alerts")["spec"],
-        alerts["spec"],
+        rule["spec"], alerts["spec"],
         "the chart's alerts are config/prometheus's"
+    );
+    assert!(
+        rule["spec"]["groups"][0]["rules"][0]["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://wiki.example/runbooks#")
     );
     let policy = find(&objects, "NetworkPolicy", "demo-ops-metrics");
     assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], "metrics");
@@ -281,6 +435,7 @@ fn the_helm_charts_values_are_applied_and_checked() {
 
     // The Prometheus Operator's kinds need its CRDs; everything else passes a dry run.
     ensure_namespace("apps");
+    ensure_namespace("monitoring");
     let core: Vec<_> = objects
         .iter()
         .filter(|o| o["apiVersion"] != "monitoring.coreos.com/v1")
@@ -291,6 +446,12 @@ fn the_helm_charts_values_are_applied_and_checked() {
         ("imag.tag=v1", "additional properties 'imag' not allowed"),
         ("replicaCount=two", "/replicaCount"),
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("requestTimeout=soon", "/requestTimeout"),
+        ("controllers={web}", "/controllers/0"),
+        (
+            "extraEnv[0].name=N,extraEnv[0].value=1",
+            "/extraEnv/0/value",
+        ),
     ] {
         let refused = try_helm(&["template", "demo", CHART, "--set", typo])
             .expect_err(&format!("{typo} was accepted"));
@@ -359,6 +520,90 @@ fn assert_metrics_certificate_used(objects: &[serde_json::Value], own_issuer: bo
     assert_eq!(tls["ca"]["secret"]["key"], "ca.crt");
     assert_eq!(tls["serverName"], server_name.as_str());
     assert!(tls["insecureSkipVerify"].is_null(), "{tls}");
+}
+
+/// Every flag of `app-operator run` is set from a chart value, but those only an operator outside
+/// the cluster needs (`extraArgs` passes any): a flag added without a value fails here.
+#[test]
+fn every_flag_of_the_operator_is_a_chart_value() {
+    const OUTSIDE_THE_CLUSTER: [&str; 4] = [
+        "--kubeconfig",
+        "--etcd-member-addressing",
+        "--etcd-dns-server",
+        "--help",
+    ];
+    let help = Command::new(env!("CARGO_BIN_EXE_app-operator"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let flags: Vec<String> = String::from_utf8(help.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("--"))
+        .filter_map(|line| line.split([' ', '=']).next())
+        .map(|flag| format!("--{flag}"))
+        .filter(|flag| !OUTSIDE_THE_CLUSTER.contains(&flag.as_str()))
+        .collect();
+    assert!(flags.len() > 15, "{flags:?}");
+    let objects = render(
+        "app-operator-helm",
+        &[
+            "controllers={myapp}",
+            "metrics.certSecret=metrics-tls",
+            "leaderElection.namespace=ops",
+        ],
+    );
+    let args = &only(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"];
+    let args: Vec<&str> = args
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|arg| arg.as_str().unwrap())
+        .collect();
+    for flag in &flags {
+        assert!(
+            args.iter()
+                .any(|arg| arg == flag || arg.starts_with(&format!("{flag}="))),
+            "no chart value sets {flag}: {args:?}"
+        );
+    }
+}
+
+/// `metrics.certSecret`: a certificate of the user's own, mounted where the manager reads it, and
+/// no cert-manager objects; with plain HTTP or beside certManager it is refused.
+#[test]
+fn the_helm_charts_metrics_certificate_may_be_a_secret_of_the_users() {
+    let objects = render("app-operator-helm", &["metrics.certSecret=metrics-tls"]);
+    let pod = &only(&objects, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "metrics-tls");
+    let mount = &pod["containers"][0]["volumeMounts"][0];
+    assert_eq!(mount["name"], pod["volumes"][0]["name"]);
+    let cert_dir = format!(
+        "--metrics-cert-dir={}",
+        mount["mountPath"].as_str().unwrap()
+    );
+    assert!(
+        pod["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|arg| *arg == cert_dir.as_str())
+    );
+    assert!(!objects.iter().any(|o| o["kind"] == "Certificate"));
+    for (values, says) in [
+        (
+            "metrics.certSecret=metrics-tls,metrics.secure=false",
+            "needs metrics.secure",
+        ),
+        (
+            "metrics.certSecret=metrics-tls,metrics.certManager.enabled=true",
+            "give one certificate",
+        ),
+    ] {
+        let refused = try_helm(&["template", "demo", CHART, "--set", values])
+            .expect_err(&format!("{values} was accepted"));
+        assert!(refused.contains(says), "{values}: {refused}");
+    }
 }
 
 /// `metrics.certManager`: the certificate is used and verified; an issuer of the user's
@@ -454,7 +699,11 @@ async fn a_helm_release_watching_one_namespace_runs_on_its_namespaced_role() {
     support::install_crds().await;
     let release = HelmRelease::install(
         &format!("scoped-{}", std::process::id()),
-        &[&format!("watchNamespace={}", watched.name)],
+        // The suite installed the CRDs (kubectl apply), so they are not the release's.
+        &[
+            &format!("watchNamespace={}", watched.name),
+            "crds.create=false",
+        ],
     );
     let hooks = helm(&[
         "get",
@@ -495,7 +744,7 @@ async fn a_helm_release_watching_one_namespace_runs_on_its_namespaced_role() {
             .contains(&format!("rollout status deployment/{account}"))
             && release
                 .notes
-                .contains("`helm upgrade` does not upgrade them"),
+                .contains("CRDs: not managed by this release (crds.create=false)"),
         "{}",
         release.notes
     );
