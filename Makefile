@@ -47,6 +47,9 @@ build-installer: ## Write dist/install.yaml (CRDs, RBAC, Deployment with image I
 image: ## Static binary in a one-layer OCI image archive (target/app-operator-image.tar) named IMG, no Docker needed
 	$(CARGO) xtask image
 
+release: preflight ## dist/: the image archive (IMG's repository, tagged with the version), install.yaml, the packaged chart, SHA256SUMS
+	$(CARGO) xtask release
+
 load: ## Push that image archive into the local cluster's registry (its real node pulls from it), as `kind load`
 	$(CARGO) xtask load
 

@@ -5,6 +5,7 @@ mod deliver;
 mod deny;
 mod image;
 mod operator;
+mod release;
 mod sbom;
 mod suites;
 
@@ -85,6 +86,13 @@ enum Task {
     Image {
         /// Where to write the archive.
         #[arg(long, default_value = "target/app-operator-image.tar")]
+        output: PathBuf,
+    },
+    /// Write a release of the workspace's version into dist/: the image archive (the repository
+    /// of $IMG, tagged with the version), install.yaml with that image, the packaged chart and
+    /// SHA256SUMS. Refused while the chart or CHANGELOG.md name another version.
+    Release {
+        #[arg(long, default_value = "dist")]
         output: PathBuf,
     },
     /// Push an image archive (`make image`'s) into the running local cluster's registry, where
@@ -236,6 +244,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             )?;
         }
         Task::Load { archive } => load(&archive)?,
+        Task::Release { output } => release::release(&repo().join(output))?,
         Task::Bench {
             sizes,
             concurrency,
