@@ -67,6 +67,9 @@ bench-compare: preflight ## make bench, then the same MyApp rounds for a control
 test-real-node: preflight ## Only the real-node suites (the node's own life, then the samples with the operator deployed)
 	$(CARGO) xtask test-real-node
 
+test-oldest-kubernetes: preflight ## Only the suites make test runs on the oldest supported Kubernetes minor (README's table)
+	$(CARGO) xtask test-oldest-kubernetes
+
 chaos: preflight ## The fault suite (every row of docs/architecture.md's fault table, serially), the fuzzer, the real node's long data scenarios and node restart (~45 min warm)
 	$(CARGO) xtask chaos $(CHAOS_ARGS)
 

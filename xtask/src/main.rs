@@ -21,7 +21,7 @@ use crate::deliver::{
     acting_on_cluster, build_image, install, load, manifests, overlay_dir, user_target,
 };
 use crate::operator::{http_get, run_operator};
-use crate::suites::{RealNodeTests, chaos, test, test_real_node};
+use crate::suites::{RealNodeTests, chaos, test, test_oldest_kubernetes, test_real_node};
 
 #[derive(Parser)]
 #[command(about = "app-operator developer tasks")]
@@ -56,6 +56,8 @@ enum Task {
     /// Run only the real-node suites (the node's lifecycle, then the samples with the operator
     /// deployed on a real node); `test` runs them after the rest.
     TestRealNode,
+    /// Only the suites run against the oldest supported Kubernetes minor (the README's table).
+    TestOldestKubernetes,
     /// Run the fault suite (crates/operator/tests/chaos.rs) serially, each row on a control plane
     /// of its own; then the fuzzer and the real node's long data scenarios (`real_node.rs`
     /// `long::`).
@@ -277,6 +279,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }))?;
         }
         Task::Test { cargo_args } => return runtime.block_on(test(&cargo_args)),
+        Task::TestOldestKubernetes => {
+            let tools = Tools::ensure(&tool_sources())?;
+            runtime.block_on(test_oldest_kubernetes(&tools))?;
+        }
         Task::TestRealNode => {
             let tools = Tools::ensure(&tool_sources())?;
             runtime.block_on(test_real_node(&tools, RealNodeTests::Quick))?;

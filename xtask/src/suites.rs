@@ -6,7 +6,7 @@ use std::process::{Command, ExitCode, ExitStatus};
 
 use anyhow::{Context, Result, bail};
 use local_cluster::install::{self, Target};
-use local_cluster::{Cluster, ClusterOptions, Layout, Tools};
+use local_cluster::{Cluster, ClusterOptions, Kubernetes, Layout, Tools};
 
 use crate::deliver::{build_image, overlay_dir};
 use crate::{bench, path, repo, run_bench, tool_sources};
@@ -266,8 +266,74 @@ pub(crate) async fn test(cargo_args: &[String]) -> Result<ExitCode> {
         bail!("cargo test failed ({status})");
     }
     smoke?;
+    test_oldest_kubernetes(&tools).await?;
     test_real_node(&tools, RealNodeTests::Quick).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The suites that say the CRDs install (their CEL rules compile), the operator's RBAC is enough
+/// and it reconciles, on a control plane of the oldest Kubernetes minor the README and the chart's
+/// `kubeVersion` claim: the schema, deployment, process (RBAC, leader election) and MyApp suites.
+pub(crate) async fn test_oldest_kubernetes(tools: &Tools) -> Result<()> {
+    let layout = Layout {
+        state_dir: repo().join("target/test-oldest-kubernetes"),
+    };
+    eprintln!(
+        "starting a Kubernetes {} control plane for the oldest supported version",
+        Kubernetes::OLDEST_MINOR
+    );
+    let options = ClusterOptions {
+        kubernetes: Kubernetes::Oldest,
+        ..ClusterOptions::default()
+    };
+    let cluster = Cluster::up(&layout, tools, &options).await?;
+    let suites = async {
+        let version = local_cluster::admin_client(&cluster.kubeconfig)
+            .await?
+            .apiserver_version()
+            .await?;
+        let serving = format!("{}.{}", version.major, version.minor);
+        if serving != Kubernetes::OLDEST_MINOR {
+            bail!(
+                "the oldest control plane serves {}, not {}",
+                version.git_version,
+                Kubernetes::OLDEST_MINOR
+            );
+        }
+        eprintln!(
+            "running the suites against kube-apiserver {}",
+            version.git_version
+        );
+        let mut args = vec!["--locked", "-p", "app-operator"];
+        for suite in [
+            "etcdcluster_schema",
+            "invalid_objects",
+            "deploy",
+            "process",
+            "myapp",
+        ] {
+            args.extend(["--test", suite]);
+        }
+        let status = cargo_test(
+            tools,
+            &args,
+            &[],
+            &[(
+                "APP_OPERATOR_TEST_KUBECONFIG",
+                cluster.kubeconfig.as_os_str(),
+            )],
+        )?;
+        if !status.success() {
+            bail!(
+                "the suites failed on Kubernetes {} ({status})",
+                Kubernetes::OLDEST_MINOR
+            );
+        }
+        Ok(())
+    }
+    .await;
+    Cluster::down(&layout)?;
+    suites
 }
 
 /// Which of the operator's `real_node` tests run.

@@ -24,6 +24,11 @@ pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
 pub use sample::{Sample, SampleFields, SampleStatus};
 pub use sampledb::{SampleDB, SampleDBSpec, SampleDBStatus};
 
+/// Asks for a reconcile now, as Flux's `reconcile.fluxcd.io/requestedAt`: any new value (`kubectl
+/// app-operator retry` writes the time) makes the controller look at the object again, also one
+/// whose last failure was permanent and that otherwise waits for its spec to change.
+pub const RECONCILE_REQUESTED_AT: &str = "app-operator.example.com/reconcile-requested-at";
+
 /// Every CRD this operator serves, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![

@@ -81,6 +81,34 @@ pub struct ClusterOptions {
     pub audit: bool,
     /// Also run a real node (kubelet, containerd, CNI, kube-proxy, CoreDNS): see [`crate::node`].
     pub real_node: bool,
+    /// The release of the control plane.
+    pub kubernetes: Kubernetes,
+}
+
+/// Which Kubernetes release runs the control plane (kube-apiserver, kube-controller-manager,
+/// kube-scheduler); kwok, kubectl and the real node's kubelet are always the pinned release's, so
+/// the oldest one runs with kwok only (a kubelet newer than its API server is outside the skew
+/// policy).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kubernetes {
+    /// The pinned release (`hack/k8s-tools/kubernetes`).
+    #[default]
+    Pinned,
+    /// The oldest minor app-operator supports (`hack/k8s-tools/kubernetes-1.34`).
+    Oldest,
+}
+
+impl Kubernetes {
+    /// The minor of [`Kubernetes::Oldest`], as the README's table and the chart's `kubeVersion` say.
+    pub const OLDEST_MINOR: &str = "1.34";
+
+    /// The name of this release's build of a control-plane `command` among the tools.
+    fn binary(self, command: &str) -> String {
+        match self {
+            Kubernetes::Pinned => command.to_owned(),
+            Kubernetes::Oldest => format!("{command}-{}", Kubernetes::OLDEST_MINOR),
+        }
+    }
 }
 
 impl Default for ClusterOptions {
@@ -90,6 +118,7 @@ impl Default for ClusterOptions {
             timeout: Duration::from_secs(120),
             audit: false,
             real_node: false,
+            kubernetes: Kubernetes::Pinned,
         }
     }
 }
@@ -409,7 +438,7 @@ async fn start_all(
         started,
         Spec {
             name: "kube-apiserver".into(),
-            program: tools.bin("kube-apiserver"),
+            program: tools.bin(&options.kubernetes.binary("kube-apiserver")),
             args: [
                 args(&[
                     ("etcd-servers", &etcd_url),
@@ -449,7 +478,7 @@ async fn start_all(
         started,
         Spec {
             name: "kube-controller-manager".into(),
-            program: tools.bin("kube-controller-manager"),
+            program: tools.bin(&options.kubernetes.binary("kube-controller-manager")),
             args: args(&[
                 ("kubeconfig", &kcm_kubeconfig),
                 ("authentication-kubeconfig", &kcm_kubeconfig),
@@ -479,7 +508,7 @@ async fn start_all(
         started,
         Spec {
             name: "kube-scheduler".into(),
-            program: tools.bin("kube-scheduler"),
+            program: tools.bin(&options.kubernetes.binary("kube-scheduler")),
             args: args(&[
                 ("kubeconfig", &scheduler_kubeconfig),
                 ("authentication-kubeconfig", &scheduler_kubeconfig),

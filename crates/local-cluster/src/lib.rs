@@ -17,7 +17,9 @@ mod process;
 pub mod registry;
 pub mod tools;
 
-pub use cluster::{Cluster, ClusterOptions, Layout, RunningCluster, Stop, admin_client};
+pub use cluster::{
+    Cluster, ClusterOptions, Kubernetes, Layout, RunningCluster, Stop, admin_client,
+};
 pub use error::Error;
 pub use tools::Tools;
 

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use crate::error::Error;
 
 /// Bumped when the way binaries are built changes, so caches built the old way are not reused.
-const RECIPE: &str = "3";
+const RECIPE: &str = "4";
 
 /// One upstream command: the Go module directory (under `hack/k8s-tools/`) that pins it, and its package.
 struct Binary {
@@ -74,6 +74,22 @@ const BINARIES: &[Binary] = &[
         name: "kubectl",
         module: "kubernetes",
         package: "k8s.io/kubernetes/cmd/kubectl",
+    },
+    // The control plane of the oldest supported minor (see [`Kubernetes::Oldest`]).
+    Binary {
+        name: "kube-apiserver-1.34",
+        module: "kubernetes-1.34",
+        package: "k8s.io/kubernetes/cmd/kube-apiserver",
+    },
+    Binary {
+        name: "kube-controller-manager-1.34",
+        module: "kubernetes-1.34",
+        package: "k8s.io/kubernetes/cmd/kube-controller-manager",
+    },
+    Binary {
+        name: "kube-scheduler-1.34",
+        module: "kubernetes-1.34",
+        package: "k8s.io/kubernetes/cmd/kube-scheduler",
     },
     // The real node: the kubelet and kube-proxy of the same release, and its cluster DNS.
     Binary {
@@ -305,9 +321,17 @@ fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
     let bin = partial.join("bin");
     fs::create_dir_all(&bin).map_err(Error::io("creating", &bin))?;
     let ldflags = kubernetes_ldflags(&Tools::kubernetes_version(sources)?);
+    let oldest_ldflags = kubernetes_ldflags(&module_version(
+        &sources.join("kubernetes-1.34/go.mod"),
+        "k8s.io/kubernetes",
+    )?);
     let prometheus_flags = prometheus_ldflags(&module_version(
         &sources.join("prometheus/go.mod"),
         "github.com/prometheus/prometheus",
+    )?);
+    let helm_flags = helm_ldflags(&module_version(
+        &sources.join("helm/go.mod"),
+        "k8s.io/client-go",
     )?);
     let groups = invocations();
     let total = groups.len();
@@ -327,7 +351,9 @@ fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
         let module = sources.join(module_name);
         let flags = match module_name {
             "kubernetes" => ldflags.as_str(),
+            "kubernetes-1.34" => oldest_ldflags.as_str(),
             "prometheus" => prometheus_flags.as_str(),
+            "helm" => helm_flags.as_str(),
             _ => "-s -w",
         };
         // promtool checks and tests rule files: without the service discoveries (every cloud's
@@ -452,6 +478,23 @@ fn kubernetes_ldflags(version: &str) -> String {
     ] {
         flags.push_str(&format!(
             " -X {package}.gitVersion={version} -X {package}.gitMajor=1 -X {package}.gitMinor={minor} -X {package}.gitTreeState=clean"
+        ));
+    }
+    flags
+}
+
+/// What Helm's release build stamps into helm: the Kubernetes version of its client-go (`v0.35.1`
+/// → 1.35), which `helm template` and `helm lint` assume when no cluster says (unstamped: 1.20,
+/// older than any chart's `kubeVersion` here allows).
+fn helm_ldflags(client_go_version: &str) -> String {
+    let minor = client_go_version.split('.').nth(1).unwrap_or_default();
+    let mut flags = String::from("-s -w");
+    for package in [
+        "helm.sh/helm/v3/pkg/lint/rules",
+        "helm.sh/helm/v3/pkg/chartutil",
+    ] {
+        flags.push_str(&format!(
+            " -X {package}.k8sVersionMajor=1 -X {package}.k8sVersionMinor={minor}"
         ));
     }
     flags

@@ -522,6 +522,27 @@ fn assert_metrics_certificate_used(objects: &[serde_json::Value], own_issuer: bo
     assert!(tls["insecureSkipVerify"].is_null(), "{tls}");
 }
 
+/// The oldest Kubernetes minor `make test` runs against (local_cluster's `Kubernetes::Oldest`) is
+/// the one the chart's `kubeVersion` and the README's table claim.
+#[test]
+fn the_chart_and_readme_claim_the_versions_make_test_runs() {
+    let oldest = local_cluster::Kubernetes::OLDEST_MINOR;
+    let chart = std::fs::read_to_string(format!("{CHART}/Chart.yaml")).unwrap();
+    assert!(
+        chart.contains(&format!("\nkubeVersion: \">= {oldest}.0-0\"\n")),
+        "{chart}"
+    );
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("\n| {oldest} | ")),
+        "no row for {oldest}"
+    );
+    let refused = try_helm(&["template", "demo", CHART, "--kube-version", "1.33.5"])
+        .expect_err("the chart installed on Kubernetes 1.33");
+    assert!(refused.contains("kubeVersion"), "{refused}");
+}
+
 /// Every flag of `app-operator run` is set from a chart value, but those only an operator outside
 /// the cluster needs (`extraArgs` passes any): a flag added without a value fails here.
 #[test]

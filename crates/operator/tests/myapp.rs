@@ -387,7 +387,8 @@ async fn names_a_service_cannot_have_are_refused_by_kubectl_apply() {
 }
 
 /// A child the API server refuses as invalid (422) is a permanent error: Degraded with the API
-/// server's own message, a Warning, and no further request until the MyApp changes.
+/// server's own message, a Warning, and no further request until the MyApp changes or a retry is
+/// asked for (the reconcile-requested-at annotation).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_refused_as_invalid_waits_for_a_change_of_the_myapp() {
     let ns = TestNamespace::new("myapp-refused").await;
@@ -500,7 +501,7 @@ async fn a_child_refused_as_invalid_waits_for_a_change_of_the_myapp() {
     )
     .await;
 
-    // The policy goes and the MyApp changes: it converges.
+    // The policy goes and a reconcile is asked for (`kubectl app-operator retry`): it converges.
     kubectl_ok(&["delete", "-f", path.to_str().unwrap()]);
     eventually(
         TIMEOUT,
@@ -522,7 +523,9 @@ async fn a_child_refused_as_invalid_waits_for_a_change_of_the_myapp() {
     apps.patch(
         "refused",
         &PatchParams::default(),
-        &Patch::Merge(&json!({ "spec": { "port": 8081 } })),
+        &Patch::Merge(&json!({ "metadata": { "annotations": {
+            app_operator::api::RECONCILE_REQUESTED_AT: "2026-11-28T03:00:00Z"
+        } } })),
     )
     .await
     .unwrap();

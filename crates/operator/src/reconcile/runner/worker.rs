@@ -10,6 +10,7 @@ use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
 use super::{Guarded, Reconciler, Remembered, Shared, Target, key};
+use crate::api::RECONCILE_REQUESTED_AT;
 use crate::reconcile::Error;
 use crate::reconcile::backoff::Backoff;
 use crate::reconcile::memory::PerObject;
@@ -41,27 +42,45 @@ impl<R: Reconciler> Context<R> {
     }
 }
 
-/// The uid and generation of an object whose last reconcile failed permanently: it is not
-/// reconciled again until its spec (generation) changes or it is re-created, so a refused child
-/// is not sent again and again.
+/// The uid, generation and reconcile request ([`RECONCILE_REQUESTED_AT`]) of an object whose last
+/// reconcile failed permanently: it is not reconciled again until its spec (generation) changes,
+/// a retry is asked for or it is re-created, so a refused child is not sent again and again.
 #[derive(Default)]
-pub(super) struct PermanentFailure(Option<(String, Option<i64>)>);
+pub(super) struct PermanentFailure(Option<FailedAt>);
+
+#[derive(PartialEq)]
+struct FailedAt {
+    uid: Option<String>,
+    generation: Option<i64>,
+    requested_at: Option<String>,
+}
+
+impl FailedAt {
+    fn of(meta: &ObjectMeta) -> FailedAt {
+        FailedAt {
+            uid: meta.uid.clone(),
+            generation: meta.generation,
+            requested_at: meta
+                .annotations
+                .as_ref()
+                .and_then(|annotations| annotations.get(RECONCILE_REQUESTED_AT))
+                .cloned(),
+        }
+    }
+}
 
 impl PermanentFailure {
     fn record(&mut self, meta: &ObjectMeta) {
-        self.0 = Some((meta.uid.clone().unwrap_or_default(), meta.generation));
+        self.0 = Some(FailedAt::of(meta));
     }
 
     /// Whether the object is unchanged since it failed permanently; a change clears the record.
     fn unchanged(&mut self, meta: &ObjectMeta) -> bool {
-        let Some((uid, generation)) = &self.0 else {
-            return false;
-        };
-        if meta.uid.as_deref() == Some(uid.as_str()) && meta.generation == *generation {
-            return true;
+        let unchanged = self.0.as_ref() == Some(&FailedAt::of(meta));
+        if !unchanged {
+            self.0 = None;
         }
-        self.0 = None;
-        false
+        unchanged
     }
 }
 
@@ -198,5 +217,28 @@ mod tests {
         assert!(!failure.unchanged(&meta("u1", 3)), "dropped once changed");
         failure.record(&meta("u1", 3));
         assert!(!failure.unchanged(&meta("u1", 4)), "spec changed");
+    }
+
+    #[test]
+    fn a_permanent_failure_is_retried_when_a_reconcile_is_requested() {
+        let requested = |at: &str| ObjectMeta {
+            annotations: Some([(RECONCILE_REQUESTED_AT.to_owned(), at.to_owned())].into()),
+            ..meta("u1", 3)
+        };
+        let mut failure = PermanentFailure::default();
+        failure.record(&meta("u1", 3));
+        assert!(
+            !failure.unchanged(&requested("2026-11-28T03:00:00Z")),
+            "asked"
+        );
+        failure.record(&requested("2026-11-28T03:00:00Z"));
+        assert!(
+            failure.unchanged(&requested("2026-11-28T03:00:00Z")),
+            "handled"
+        );
+        assert!(
+            !failure.unchanged(&requested("2026-11-28T03:05:00Z")),
+            "asked again"
+        );
     }
 }
