@@ -75,7 +75,18 @@ const BINARIES: &[Binary] = &[
         module: "kubernetes",
         package: "k8s.io/kubernetes/cmd/kubectl",
     },
-    // The control plane of the oldest supported minor (see [`Kubernetes::Oldest`]).
+    // The real node: the kubelet and kube-proxy of the same release, and its cluster DNS.
+    Binary {
+        name: "kubelet",
+        module: "kubernetes",
+        package: "k8s.io/kubernetes/cmd/kubelet",
+    },
+    Binary {
+        name: "kube-proxy",
+        module: "kubernetes",
+        package: "k8s.io/kubernetes/cmd/kube-proxy",
+    },
+    // The control plane of the oldest supported minor (see `cluster::Kubernetes::Oldest`).
     Binary {
         name: "kube-apiserver-1.34",
         module: "kubernetes-1.34",
@@ -90,17 +101,6 @@ const BINARIES: &[Binary] = &[
         name: "kube-scheduler-1.34",
         module: "kubernetes-1.34",
         package: "k8s.io/kubernetes/cmd/kube-scheduler",
-    },
-    // The real node: the kubelet and kube-proxy of the same release, and its cluster DNS.
-    Binary {
-        name: "kubelet",
-        module: "kubernetes",
-        package: "k8s.io/kubernetes/cmd/kubelet",
-    },
-    Binary {
-        name: "kube-proxy",
-        module: "kubernetes",
-        package: "k8s.io/kubernetes/cmd/kube-proxy",
     },
     // Removes the real node's Pods through the CRI at cluster-down.
     Binary {
@@ -467,20 +467,34 @@ fn leave_etcd_pods_running(stage: &str) -> Option<String> {
     Some(format!("{before}{LEAVE_ETCD_PODS_RUNNING}{after}"))
 }
 
+/// `-s -w` and `-X package.variable=value` for each variable in each package: what a project's
+/// release build stamps into its binaries.
+fn stamped(packages: &[&str], variables: &[(&str, &str)]) -> String {
+    let mut flags = String::from("-s -w");
+    for package in packages {
+        for (variable, value) in variables {
+            flags.push_str(&format!(" -X {package}.{variable}={value}"));
+        }
+    }
+    flags
+}
+
 /// What `make release` stamps into the Kubernetes binaries, so `kubectl version` and the API
 /// server's `/version` tell the truth instead of `v0.0.0-master`.
 fn kubernetes_ldflags(version: &str) -> String {
     let minor = version.split('.').nth(1).unwrap_or_default();
-    let mut flags = String::from("-s -w");
-    for package in [
-        "k8s.io/component-base/version",
-        "k8s.io/client-go/pkg/version",
-    ] {
-        flags.push_str(&format!(
-            " -X {package}.gitVersion={version} -X {package}.gitMajor=1 -X {package}.gitMinor={minor} -X {package}.gitTreeState=clean"
-        ));
-    }
-    flags
+    stamped(
+        &[
+            "k8s.io/component-base/version",
+            "k8s.io/client-go/pkg/version",
+        ],
+        &[
+            ("gitVersion", version),
+            ("gitMajor", "1"),
+            ("gitMinor", minor),
+            ("gitTreeState", "clean"),
+        ],
+    )
 }
 
 /// What Helm's release build stamps into helm: the Kubernetes version of its client-go (`v0.35.1`
@@ -488,16 +502,13 @@ fn kubernetes_ldflags(version: &str) -> String {
 /// older than any chart's `kubeVersion` here allows).
 fn helm_ldflags(client_go_version: &str) -> String {
     let minor = client_go_version.split('.').nth(1).unwrap_or_default();
-    let mut flags = String::from("-s -w");
-    for package in [
-        "helm.sh/helm/v3/pkg/lint/rules",
-        "helm.sh/helm/v3/pkg/chartutil",
-    ] {
-        flags.push_str(&format!(
-            " -X {package}.k8sVersionMajor=1 -X {package}.k8sVersionMinor={minor}"
-        ));
-    }
-    flags
+    stamped(
+        &[
+            "helm.sh/helm/v3/pkg/lint/rules",
+            "helm.sh/helm/v3/pkg/chartutil",
+        ],
+        &[("k8sVersionMajor", "1"), ("k8sVersionMinor", minor)],
+    )
 }
 
 /// What Prometheus's release build stamps into promtool, so `promtool --version` names the
@@ -661,5 +672,8 @@ mod tests {
         let flags = kubernetes_ldflags("v1.35.4");
         assert!(flags.contains("k8s.io/component-base/version.gitMinor=35"));
         assert!(flags.contains("k8s.io/client-go/pkg/version.gitVersion=v1.35.4"));
+        let helm = helm_ldflags("v0.35.1");
+        assert!(helm.contains("helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=35"));
+        assert!(helm.contains("helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1"));
     }
 }
