@@ -6,10 +6,16 @@ pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 pub const READY: &str = "Ready";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
+/// kstatus's abnormal-true condition for "the controller cannot make progress" (sigs.k8s.io/
+/// cli-utils, which Flux and Argo CD's kstatus checks read): present, `True`, while an object
+/// waits for a change after a permanent failure; absent otherwise.
+pub const STALLED: &str = "Stalled";
 
 /// A status that carries conditions.
 pub trait HasConditions {
     fn conditions(&self) -> &[Condition];
+    /// The conditions to change; `None` for a status without them.
+    fn conditions_mut(&mut self) -> Option<&mut Vec<Condition>>;
 }
 
 /// Implements [`HasConditions`] for statuses with a `conditions` field.
@@ -18,6 +24,9 @@ macro_rules! has_conditions {
         $(impl $crate::conditions::HasConditions for $status {
             fn conditions(&self) -> &[$crate::conditions::Condition] {
                 &self.conditions
+            }
+            fn conditions_mut(&mut self) -> Option<&mut Vec<$crate::conditions::Condition>> {
+                Some(&mut self.conditions)
             }
         })+
     };

@@ -45,4 +45,7 @@ impl crate::conditions::HasConditions for SampleStatus {
     fn conditions(&self) -> &[crate::conditions::Condition] {
         &[]
     }
+    fn conditions_mut(&mut self) -> Option<&mut Vec<crate::conditions::Condition>> {
+        None
+    }
 }

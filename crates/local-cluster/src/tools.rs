@@ -129,6 +129,13 @@ const BINARIES: &[Binary] = &[
         module: "helm",
         package: "helm.sh/helm/v3/cmd/helm",
     },
+    // For the GitOps health test: kstatus's verdict on objects (Flux's rules), and an Argo CD
+    // Lua health check's, run by gopher-lua as Argo CD runs it.
+    Binary {
+        name: "gitops-health",
+        module: "gitops-health",
+        package: "github.com/app-operator/app-operator/hack/k8s-tools/gitops-health",
+    },
     // For the monitoring tests: `promtool check rules` and `promtool test rules` on the alerts.
     Binary {
         name: "promtool",

@@ -393,44 +393,7 @@ async fn names_a_service_cannot_have_are_refused_by_kubectl_apply() {
 async fn a_child_refused_as_invalid_waits_for_a_change_of_the_myapp() {
     let ns = TestNamespace::new("myapp-refused").await;
     support::install_crds().await;
-    let policy = format!("refuse-{}", ns.name);
-    let manifests = json!({ "apiVersion": "v1", "kind": "List", "items": [
-        { "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-          "metadata": { "name": policy },
-          "spec": { "failurePolicy": "Fail",
-            "matchConstraints": { "resourceRules": [{ "apiGroups": [""], "apiVersions": ["v1"],
-               "operations": ["CREATE", "UPDATE"], "resources": ["services"] }] },
-            "validations": [{ "expression": "!object.metadata.name.startsWith('refused')",
-               "message": "services named refused* are not allowed here", "reason": "Invalid" }] } },
-        { "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-          "metadata": { "name": policy },
-          "spec": { "policyName": policy, "validationActions": ["Deny"],
-            "matchResources": { "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": ns.name } } } } }
-    ]});
-    let path = std::env::temp_dir().join(format!("{}-policy.json", ns.name));
-    std::fs::write(&path, manifests.to_string()).unwrap();
-    kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
-    // Policies take effect asynchronously: wait until a Service of that name is refused.
-    let services = ns.api::<Service>();
-    let probe: Service = object(json!({ "metadata": { "name": "refused-probe" },
-        "spec": { "ports": [{ "port": 80 }] } }));
-    eventually(
-        TIMEOUT,
-        "the admission policy to refuse Services",
-        || async {
-            match services.create(&PostParams::default(), &probe).await {
-                Err(kube::Error::Api(status)) if status.code == 422 => Some(()),
-                Ok(_) => {
-                    let _ = services
-                        .delete("refused-probe", &DeleteParams::default())
-                        .await;
-                    None
-                }
-                Err(_) => None,
-            }
-        },
-    )
-    .await;
+    let policy = support::refuse_services(&ns).await;
 
     let operator = support::start(&ns, &[ControllerKind::Myapp]).await;
     let apps = ns.api::<MyApp>();
@@ -502,24 +465,7 @@ async fn a_child_refused_as_invalid_waits_for_a_change_of_the_myapp() {
     .await;
 
     // The policy goes and a reconcile is asked for (`kubectl app-operator retry`): it converges.
-    kubectl_ok(&["delete", "-f", path.to_str().unwrap()]);
-    eventually(
-        TIMEOUT,
-        "the admission policy to admit Services again",
-        || async {
-            match services.create(&PostParams::default(), &probe).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
-                Err(_) => return None,
-            }
-            services
-                .delete("refused-probe", &DeleteParams::default())
-                .await
-                .ok()
-                .map(|_| ())
-        },
-    )
-    .await;
+    support::admit_services_again(&ns, &policy).await;
     apps.patch(
         "refused",
         &PatchParams::default(),

@@ -53,6 +53,24 @@ pub fn degraded<'a>(error: Option<&'a crate::reconcile::Error>, healthy: &str) -
     }
 }
 
+/// `Stalled` after a permanent failure (true, with the error's reason and message), else none:
+/// kstatus, and so Flux and Argo CD, then read the object as failed, not as still in progress.
+pub fn stalled(
+    previous: &[Condition],
+    error: Option<&crate::reconcile::Error>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<Condition> {
+    let error = error.filter(|error| error.is_permanent())?;
+    let desired = Desired {
+        type_: app_operator_api::conditions::STALLED,
+        status: true,
+        reason: error.reason(),
+        message: error.to_string(),
+    };
+    Some(set(previous, desired, generation, now))
+}
+
 /// Whether the condition `type_` is `True`.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions
@@ -94,6 +112,33 @@ mod tests {
         let after = set(&[before], ready(false, "StillWaiting"), Some(2), &time(20));
         assert_eq!(after.last_transition_time, time(10));
         assert_eq!(after.reason, "StillWaiting");
+    }
+
+    #[test]
+    fn only_a_permanent_failure_stalls() {
+        use crate::reconcile::Error;
+        let permanent = Error::InvalidSpec {
+            field: "spec.size",
+            message: "must be odd".to_owned(),
+        };
+        let stalled = stalled(&[], Some(&permanent), Some(2), &time(10)).unwrap();
+        assert_eq!(
+            (
+                stalled.type_.as_str(),
+                stalled.status.as_str(),
+                stalled.reason.as_str()
+            ),
+            ("Stalled", "True", "InvalidSpec")
+        );
+        assert_eq!(stalled.message, "spec.size: must be odd");
+        let later = super::stalled(&[stalled], Some(&permanent), Some(2), &time(20)).unwrap();
+        assert_eq!(later.last_transition_time, time(10), "still stalled");
+        let transient = Error::Waiting {
+            reason: "QuorumLost",
+            message: "waiting".to_owned(),
+        };
+        assert!(super::stalled(&[], Some(&transient), Some(2), &time(10)).is_none());
+        assert!(super::stalled(&[], None, Some(2), &time(10)).is_none());
     }
 
     #[test]

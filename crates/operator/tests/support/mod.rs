@@ -262,3 +262,69 @@ impl PodCount {
         state.fewest = Some(state.live.len());
     }
 }
+
+/// A ValidatingAdmissionPolicy refusing Services named `refused*` in `ns`: a MyApp of that name
+/// fails permanently. Returns the manifest's path, to delete it.
+pub async fn refuse_services(ns: &TestNamespace) -> std::path::PathBuf {
+    let policy = format!("refuse-{}", ns.name);
+    let manifests = serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": [
+        { "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+          "metadata": { "name": policy },
+          "spec": { "failurePolicy": "Fail",
+            "matchConstraints": { "resourceRules": [{ "apiGroups": [""], "apiVersions": ["v1"],
+               "operations": ["CREATE", "UPDATE"], "resources": ["services"] }] },
+            "validations": [{ "expression": "!object.metadata.name.startsWith('refused')",
+               "message": "services named refused* are not allowed here", "reason": "Invalid" }] } },
+        { "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+          "metadata": { "name": policy },
+          "spec": { "policyName": policy, "validationActions": ["Deny"],
+            "matchResources": { "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": ns.name } } } } }
+    ]});
+    let path = std::env::temp_dir().join(format!("{}-policy.json", ns.name));
+    std::fs::write(&path, manifests.to_string()).unwrap();
+    testkit::kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
+    // Policies take effect asynchronously: wait until a Service of that name is refused.
+    let services = ns.api::<k8s_openapi::api::core::v1::Service>();
+    let probe: k8s_openapi::api::core::v1::Service = testkit::object(serde_json::json!({
+        "metadata": { "name": "refused-probe" }, "spec": { "ports": [{ "port": 80 }] } }));
+    eventually(TIMEOUT, "the policy to refuse Services", || async {
+        match services
+            .create(&kube::api::PostParams::default(), &probe)
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 422 => Some(()),
+            Ok(_) => {
+                let _ = services.delete("refused-probe", &Default::default()).await;
+                None
+            }
+            Err(_) => None,
+        }
+    })
+    .await;
+    path
+}
+
+/// Deletes the policy of [`refuse_services`] and waits until a Service of that name is admitted.
+pub async fn admit_services_again(ns: &TestNamespace, policy: &std::path::Path) {
+    testkit::kubectl_ok(&["delete", "-f", policy.to_str().unwrap()]);
+    std::fs::remove_file(policy).unwrap();
+    let services = ns.api::<k8s_openapi::api::core::v1::Service>();
+    let probe: k8s_openapi::api::core::v1::Service = testkit::object(serde_json::json!({
+        "metadata": { "name": "refused-probe" }, "spec": { "ports": [{ "port": 80 }] } }));
+    eventually(TIMEOUT, "the policy to admit Services again", || async {
+        match services
+            .create(&kube::api::PostParams::default(), &probe)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(_) => return None,
+        }
+        services
+            .delete("refused-probe", &Default::default())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+}

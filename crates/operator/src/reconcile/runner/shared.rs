@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use app_operator_api::conditions::{DEGRADED, HasConditions};
+use app_operator_api::conditions::{DEGRADED, HasConditions, STALLED};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
@@ -10,7 +12,7 @@ use kube::{Client, Resource, ResourceExt};
 use super::{Cached, HasStatus, Reconciled, Settings, key};
 use crate::reconcile::apply::apply_status;
 use crate::reconcile::written::{Fingerprint, WrittenStatus};
-use crate::reconcile::{Error, FIELD_MANAGER};
+use crate::reconcile::{Error, FIELD_MANAGER, conditions};
 use crate::telemetry::metrics::Metrics;
 
 /// What every reconcile may use: the client, events, status writes, metrics.
@@ -137,6 +139,16 @@ impl Shared {
         let current = object.status();
         if outcome.as_ref().is_err_and(Error::is_namespace_terminating) {
             return outcome;
+        }
+        if let Some(conditions) = desired.conditions_mut() {
+            let previous = current.map(HasConditions::conditions).unwrap_or_default();
+            conditions.retain(|condition| condition.type_ != STALLED);
+            conditions.extend(conditions::stalled(
+                previous,
+                outcome.as_ref().err(),
+                object.meta().generation,
+                &Time(Timestamp::now()),
+            ));
         }
         self.metrics.set_degraded(
             self.controller,
