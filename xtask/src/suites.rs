@@ -384,6 +384,14 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
             RealNodeTests::Quick => &[&["--skip", "long::", "--skip", "node_restart::"]],
             RealNodeTests::Long => &[&["long::"], &["node_restart::"]],
         };
+        // The tests run `kubectl app-operator` as users do: its binary.
+        let built = Command::new(env!("CARGO"))
+            .args(["build", "--locked", "-p", "kubectl-app-operator"])
+            .status()?;
+        if !built.success() {
+            bail!("building kubectl-app_operator failed ({built})");
+        }
+        let plugin = repo().join("target/debug/kubectl-app_operator");
         for selection in selections {
             let mut test_args = vec!["--".to_owned(), "--nocapture".to_owned()];
             test_args.extend(selection.iter().map(|arg| (*arg).to_owned()));
@@ -392,10 +400,13 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
                 &["--locked", "-p", "app-operator", "--test", "real_node"],
                 // What the tests measure (the leader handover, the data checks) is printed.
                 &test_args,
-                &[(
-                    "APP_OPERATOR_TEST_KUBECONFIG",
-                    cluster.kubeconfig.as_os_str(),
-                )],
+                &[
+                    (
+                        "APP_OPERATOR_TEST_KUBECONFIG",
+                        cluster.kubeconfig.as_os_str(),
+                    ),
+                    ("KUBECTL_APP_OPERATOR", plugin.as_os_str()),
+                ],
             )?;
             if !status.success() {
                 bail!("the real-node suite failed ({status})");

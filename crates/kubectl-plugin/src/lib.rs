@@ -1,5 +1,6 @@
-//! `kubectl app-operator`: the kinds it knows, `KIND/NAME` as kubectl spells it, and the status
-//! screen, built from what the API server returned (pure: tested without a cluster).
+//! `kubectl app-operator`: the kinds it knows, `KIND/NAME` as kubectl spells it, the status
+//! screen and what a report leaves out, from what the API server returned (pure: tested without
+//! a cluster).
 
 use std::fmt::Write as _;
 
@@ -298,10 +299,75 @@ fn child_state(child: &Value) -> String {
     }
 }
 
+/// `object` as a support bundle may show it: no `managedFields`, no last-applied copy (it may hold
+/// what the user applied, values included), and every container's literal environment values
+/// replaced (a password may be one); references to Secrets stay, as names.
+pub fn redacted(mut object: Value) -> Value {
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("managedFields");
+        if let Some(annotations) = metadata
+            .get_mut("annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+        }
+    }
+    redact_env(&mut object);
+    object
+}
+
+/// Replaces the `value` of every `env` entry anywhere in `value` (Pod specs, templates, our
+/// kinds' `spec.env`).
+fn redact_env(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            for (key, field) in fields.iter_mut() {
+                if key == "env"
+                    && let Value::Array(entries) = field
+                {
+                    for entry in entries.iter_mut() {
+                        if let Some(literal) = entry.get_mut("value") {
+                            *literal = Value::String("<redacted>".to_owned());
+                        }
+                    }
+                } else {
+                    redact_env(field);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_env),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_report_drops_managed_fields_the_last_applied_copy_and_literal_env_values() {
+        let pod = json!({
+            "kind": "Pod",
+            "metadata": { "name": "db-0", "managedFields": [{ "manager": "kubectl" }],
+                "annotations": { "kubectl.kubernetes.io/last-applied-configuration": "{s3cret}",
+                                 "kept": "yes" } },
+            "spec": { "containers": [{ "name": "postgres", "env": [
+                { "name": "POSTGRES_PASSWORD", "value": "s3cret" },
+                { "name": "FROM_SECRET", "valueFrom": { "secretKeyRef": { "name": "db", "key": "password" } } }
+            ] }] }
+        });
+        let shown = redacted(pod).to_string();
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("managedFields"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("\"kept\":\"yes\"") && shown.contains("\"secretKeyRef\""),
+            "{shown}"
+        );
+        assert!(shown.contains("\"value\":\"<redacted>\""), "{shown}");
+    }
 
     #[test]
     fn references_are_read_as_kubectl_reads_them() {

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, Resource};
-use kubectl_app_operator::{Kind, parse_reference, render_status};
+use kubectl_app_operator::{KINDS, Kind, parse_reference, redacted, render_status};
 use serde_json::Value;
 
 #[derive(Parser)]
@@ -40,6 +40,35 @@ enum Verb {
     /// One screen on KIND/NAME (e.g. etcd/example-etcd-cluster): Ready for which generation, the
     /// conditions, the status (members, backups, versions), the children and the last events.
     Status { reference: String },
+    /// psql in sampledb/NAME's server, as its generated user on its database (the password stays
+    /// in the Pod); arguments after `--` go to psql, e.g. `-- -c 'select 1'`.
+    Psql {
+        reference: String,
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// etcdctl in a ready member of etcd/NAME, against that member; arguments after `--` go to
+    /// etcdctl, e.g. `-- member list -w table`.
+    Etcdctl {
+        reference: String,
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Write a support bundle into a new directory: the operator's objects in the namespace (or
+    /// every namespace with --all-namespaces) and the children they control, their events, the
+    /// operator's logs and version. Redacted: no Secret is read, managedFields, last-applied
+    /// copies and literal env values are left out.
+    Report {
+        /// Every namespace instead of one.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// Where the operator runs (its Pods are labelled app.kubernetes.io/name=app-operator).
+        #[arg(long, default_value = "app-operator-system")]
+        operator_namespace: String,
+        /// The directory to write (default: app-operator-report-<time>).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
     /// Ask the operator to reconcile KIND/NAME now, also one that failed permanently and waits
     /// for a change: sets the app-operator.example.com/reconcile-requested-at annotation.
     Retry { reference: String },
@@ -57,6 +86,19 @@ enum PluginError {
     Api(#[from] kube::Error),
     #[error("reading the answer: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("writing the report: {0}")]
+    Write(#[from] std::io::Error),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{kind} {name} has no Running and Ready Pod to run in")]
+    NoReadyPod { kind: &'static str, name: String },
+    #[error("running kubectl ({kubectl}): {source}")]
+    Kubectl {
+        kubectl: String,
+        source: std::io::Error,
+    },
+    #[error("kubectl exec exited with {0}")]
+    Exec(std::process::ExitStatus),
 }
 
 fn main() -> ExitCode {
@@ -106,6 +148,42 @@ async fn run(cli: Cli) -> Result<String, PluginError> {
         Verb::Status { reference } => {
             let (kind, name) = parse_reference(reference)?;
             status(&client, &namespace, kind, name).await
+        }
+        Verb::Psql { reference, args } => {
+            let (kind, name) = parse_reference(reference)?;
+            let target = exec_target(&client, &namespace, kind, name, "SampleDB").await?;
+            let mut command = vec![
+                "sh".to_owned(),
+                "-c".to_owned(),
+                // The server's own environment: its user, password and database.
+                r#"PGPASSWORD="$POSTGRES_PASSWORD" exec psql -h 127.0.0.1 -U "$POSTGRES_USER" -d "$POSTGRES_DB" "$@""#.to_owned(),
+                "psql".to_owned(),
+            ];
+            command.extend(args.iter().cloned());
+            kubectl_exec(&cli, &namespace, &target, "postgres", &command)
+        }
+        Verb::Etcdctl { reference, args } => {
+            let (kind, name) = parse_reference(reference)?;
+            let target = exec_target(&client, &namespace, kind, name, "EtcdCluster").await?;
+            if target.object.pointer("/spec/TLS").is_some() {
+                return Err(PluginError::Unsupported(format!(
+                    "{name} serves clients over TLS: run etcdctl with the operator's client certificate (spec.TLS.static.operatorSecret) instead"
+                )));
+            }
+            let mut command = vec![
+                "etcdctl".to_owned(),
+                "--endpoints=http://127.0.0.1:2379".to_owned(),
+            ];
+            command.extend(args.iter().cloned());
+            kubectl_exec(&cli, &namespace, &target, "etcd", &command)
+        }
+        Verb::Report {
+            all_namespaces,
+            operator_namespace,
+            output,
+        } => {
+            let scope = (!all_namespaces).then_some(namespace.as_str());
+            report(&client, scope, operator_namespace, output.clone()).await
         }
         Verb::Retry { reference } => {
             let (kind, name) = parse_reference(reference)?;
@@ -210,4 +288,234 @@ async fn retry(
         "{}/{name} in {namespace}: reconcile requested at {now}; follow it with `kubectl app-operator status {}/{name} -n {namespace}`\n",
         kind.kind, kind.plural
     ))
+}
+
+/// `kubectl app-operator report`: see [`Verb::Report`]. Returns what it wrote.
+async fn report(
+    client: &Client,
+    namespace: Option<&str>,
+    operator_namespace: &str,
+    output: Option<PathBuf>,
+) -> Result<String, PluginError> {
+    let now = Timestamp::now();
+    let dir = output.unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "app-operator-report-{}",
+            now.strftime("%Y%m%dT%H%M%SZ")
+        ))
+    });
+    std::fs::create_dir_all(&dir)?;
+    let list_params = ListParams::default();
+    let mut objects = Vec::new();
+    for kind in &KINDS {
+        let api: Api<DynamicObject> = match namespace {
+            Some(namespace) => object_api(client, namespace, kind),
+            None => Api::all_with(client.clone(), &kind.api_resource()),
+        };
+        match api.list(&list_params).await {
+            Ok(list) => {
+                for mut item in list.items {
+                    item.types = Some(kube::core::TypeMeta {
+                        api_version: kind.api_resource().api_version,
+                        kind: kind.kind.to_owned(),
+                    });
+                    objects.push(redacted(serde_json::to_value(&item)?));
+                }
+            }
+            // A kind whose CRD is not installed has nothing to report.
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    let uids: Vec<&str> = objects
+        .iter()
+        .filter_map(|object| object.pointer("/metadata/uid").and_then(Value::as_str))
+        .collect();
+    let mut children = Vec::new();
+    let namespaces: std::collections::BTreeSet<&str> = objects
+        .iter()
+        .filter_map(|object| {
+            object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+        })
+        .collect();
+    let mut events = Vec::new();
+    for namespace in &namespaces {
+        for uid in &uids {
+            children.extend(owned::<Pod>(client, namespace, uid).await?);
+            children.extend(owned::<StatefulSet>(client, namespace, uid).await?);
+            children.extend(owned::<Deployment>(client, namespace, uid).await?);
+            children.extend(owned::<Job>(client, namespace, uid).await?);
+            children.extend(owned::<CronJob>(client, namespace, uid).await?);
+            children.extend(owned::<PersistentVolumeClaim>(client, namespace, uid).await?);
+            children.extend(owned::<Service>(client, namespace, uid).await?);
+        }
+        for event in Api::<Event>::namespaced(client.clone(), namespace)
+            .list(&list_params)
+            .await?
+            .items
+        {
+            events.push(format!(
+                "{}\t{}\t{}\t{}/{}\t{}\t{}",
+                event
+                    .last_timestamp
+                    .as_ref()
+                    .map(|time| time.0.to_string())
+                    .unwrap_or_default(),
+                event.metadata.namespace.unwrap_or_default(),
+                event.type_.unwrap_or_default(),
+                event.involved_object.kind.unwrap_or_default(),
+                event.involved_object.name.unwrap_or_default(),
+                event.reason.unwrap_or_default(),
+                event.message.unwrap_or_default()
+            ));
+        }
+    }
+    events.sort();
+    let children: Vec<Value> = children.into_iter().map(redacted).collect();
+    let json_list = |items: &[Value]| {
+        serde_json::to_string_pretty(&serde_json::json!({
+            "apiVersion": "v1", "kind": "List", "items": items
+        }))
+    };
+    std::fs::write(dir.join("objects.json"), json_list(&objects)?)?;
+    std::fs::write(dir.join("children.json"), json_list(&children)?)?;
+    std::fs::write(dir.join("events.tsv"), events.join("\n") + "\n")?;
+
+    let version = client.apiserver_version().await?;
+    let pods = Api::<Pod>::namespaced(client.clone(), operator_namespace)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=app-operator"))
+        .await?;
+    let mut operator = vec![
+        format!("report written at {now}"),
+        format!("Kubernetes {}", version.git_version),
+        format!(
+            "operator Pods in {operator_namespace} (app.kubernetes.io/name=app-operator): {}",
+            pods.items.len()
+        ),
+    ];
+    let logs = Api::<Pod>::namespaced(client.clone(), operator_namespace);
+    for pod in &pods.items {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let images: Vec<String> = pod
+            .spec
+            .iter()
+            .flat_map(|spec| &spec.containers)
+            .filter_map(|container| container.image.clone())
+            .collect();
+        operator.push(format!("  {name}: {}", images.join(", ")));
+        let params = kube::api::LogParams {
+            tail_lines: Some(5000),
+            ..kube::api::LogParams::default()
+        };
+        let log = logs
+            .logs(&name, &params)
+            .await
+            .unwrap_or_else(|error| format!("no log: {error}\n"));
+        std::fs::write(dir.join(format!("operator-{name}.log")), log)?;
+    }
+    std::fs::write(dir.join("operator.txt"), operator.join("\n") + "\n")?;
+    Ok(format!(
+        "wrote {}: {} objects, {} children, {} events, {} operator logs (no Secrets; env values, managedFields and last-applied copies left out)\n",
+        dir.display(),
+        objects.len(),
+        children.len(),
+        events.len(),
+        pods.items.len()
+    ))
+}
+
+/// The object a Pod-side verb works on, and the ready Pod it runs in.
+struct ExecTarget {
+    object: Value,
+    pod: String,
+}
+
+/// `kind`/`name` (which must be `expected`) and a Running, Ready Pod it controls, directly (an
+/// etcd member) or through a StatefulSet (a database server).
+async fn exec_target(
+    client: &Client,
+    namespace: &str,
+    kind: &Kind,
+    name: &str,
+    expected: &'static str,
+) -> Result<ExecTarget, PluginError> {
+    if kind.kind != expected {
+        return Err(PluginError::Unsupported(format!(
+            "this verb takes a {expected}, not a {}",
+            kind.kind
+        )));
+    }
+    let object = serde_json::to_value(object_api(client, namespace, kind).get(name).await?)?;
+    let uid = object
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut owners = vec![uid.to_owned()];
+    for set in owned::<StatefulSet>(client, namespace, uid).await? {
+        owners.extend(
+            set.pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        );
+    }
+    for owner in &owners {
+        for pod in owned::<Pod>(client, namespace, owner).await? {
+            let ready = pod
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|conditions| {
+                    conditions.iter().any(|c| {
+                        c.get("type") == Some(&"Ready".into())
+                            && c.get("status") == Some(&"True".into())
+                    })
+                });
+            if ready && pod.pointer("/metadata/deletionTimestamp").is_none() {
+                let pod = pod
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                return Ok(ExecTarget { object, pod });
+            }
+        }
+    }
+    Err(PluginError::NoReadyPod {
+        kind: expected,
+        name: name.to_owned(),
+    })
+}
+
+/// `kubectl exec` of `command` in `container` of the target's Pod, with the user's terminal
+/// (a TTY only when stdin is one) and kubeconfig; kubectl is `$KUBECTL`, else `kubectl` on PATH.
+fn kubectl_exec(
+    cli: &Cli,
+    namespace: &str,
+    target: &ExecTarget,
+    container: &str,
+    command: &[String],
+) -> Result<String, PluginError> {
+    use std::io::IsTerminal;
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".to_owned());
+    let mut exec = std::process::Command::new(&kubectl);
+    if let Some(kubeconfig) = &cli.kubeconfig {
+        exec.arg("--kubeconfig").arg(kubeconfig);
+    }
+    if let Some(context) = &cli.context {
+        exec.args(["--context", context]);
+    }
+    exec.args(["exec", "-i", "-n", namespace, &target.pod, "-c", container]);
+    if std::io::stdin().is_terminal() {
+        exec.arg("-t");
+    }
+    exec.arg("--").args(command);
+    let status = exec
+        .status()
+        .map_err(|source| PluginError::Kubectl { kubectl, source })?;
+    if status.success() {
+        Ok(String::new())
+    } else {
+        Err(PluginError::Exec(status))
+    }
 }

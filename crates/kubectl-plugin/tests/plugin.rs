@@ -1,7 +1,8 @@
 //! `kubectl app-operator` against the local control plane, run as kubectl runs it (the
 //! `kubectl-app_operator` binary with the user's kubeconfig): `status` shows what the API server
 //! holds for an EtcdCluster (its status, a member Pod it controls, its events), `retry` sets the
-//! annotation the controllers honour, and mistakes end in one clear line and a failing exit.
+//! annotation the controllers honour, `report` bundles all of it without the Pod's literal env
+//! value, and mistakes end in one clear line and a failing exit.
 
 // Test code: a failed expectation is a failed test.
 #![allow(
@@ -33,8 +34,7 @@ fn plugin(args: &[&str]) -> (bool, String, String) {
 }
 
 #[tokio::test]
-async fn status_shows_an_etcd_clusters_conditions_members_pods_and_events_and_retry_requests_a_reconcile()
- {
+async fn status_retry_and_report_show_and_touch_an_etcd_cluster_as_kubectl_would() {
     testkit::kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", CRDS]);
     testkit::kubectl_ok(&[
         "wait",
@@ -86,7 +86,8 @@ async fn status_shows_an_etcd_clusters_conditions_members_pods_and_events_and_re
         &testkit::object(serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": { "name": "example-a", "ownerReferences": owner },
-            "spec": { "containers": [{ "name": "etcd", "image": "etcd:3.6.6" }] }
+            "spec": { "containers": [{ "name": "etcd", "image": "etcd:3.6.6",
+                "env": [{ "name": "ETCD_ROOT_PASSWORD", "value": "s3cret" }] }] }
         })),
     )
     .await
@@ -134,6 +135,38 @@ async fn status_shows_an_etcd_clusters_conditions_members_pods_and_events_and_re
         requested.contains_key(app_operator_api::RECONCILE_REQUESTED_AT),
         "{requested:?}"
     );
+
+    let bundle = std::env::temp_dir().join(format!("report-{}", ns.name));
+    let (ok, said, stderr) = plugin(&[
+        "report",
+        "-n",
+        &ns.name,
+        "--output",
+        bundle.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(said.contains("1 objects, 1 children, "), "{said}");
+    let read = |file: &str| std::fs::read_to_string(bundle.join(file)).unwrap();
+    let objects: serde_json::Value = serde_json::from_str(&read("objects.json")).unwrap();
+    assert_eq!(objects["items"][0]["kind"], "EtcdCluster");
+    assert_eq!(objects["items"][0]["status"]["readyMembers"], 2);
+    assert!(objects["items"][0]["metadata"]["managedFields"].is_null());
+    let children = read("children.json");
+    assert!(
+        children.contains("\"example-a\"") && children.contains("<redacted>"),
+        "{children}"
+    );
+    assert!(read("events.tsv").contains("MemberAdded"));
+    assert!(
+        read("operator.txt").contains("Kubernetes v1."),
+        "{}",
+        read("operator.txt")
+    );
+    for entry in std::fs::read_dir(&bundle).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        assert!(!text.contains("s3cret"), "a secret value in the report");
+    }
+    std::fs::remove_dir_all(&bundle).unwrap();
 
     let (ok, _, stderr) = plugin(&["status", "pods/example", "-n", &ns.name]);
     assert!(!ok);

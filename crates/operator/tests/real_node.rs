@@ -264,6 +264,7 @@ async fn every_sample_is_ready_in_a_namespace_that_enforces_restricted() {
         "1",
     )
     .await;
+    the_day_two_verbs_work_on_the_samples(&ns);
     let warned = warnings();
     assert!(!warned.contains("violates PodSecurity"), "{warned}");
     // The deployed operator did all of it with its own ClusterRole, within the admission policy
@@ -292,6 +293,90 @@ async fn every_sample_is_ready_in_a_namespace_that_enforces_restricted() {
         .filter(|line| line.contains(&ns.name) && line.to_lowercase().contains("forbidden"))
         .collect();
     assert!(refusals.is_empty(), "{refusals:#?}");
+}
+
+/// `kubectl app-operator VERB ARGS…` as a user runs it (the binary `cargo xtask` built, named by
+/// `KUBECTL_APP_OPERATOR`), with the suite's kubeconfig: its stdout, or a failed test.
+fn plugin(args: &[&str]) -> String {
+    let binary = std::env::var_os("KUBECTL_APP_OPERATOR")
+        .expect("KUBECTL_APP_OPERATOR names the plugin (cargo xtask test-real-node builds it)");
+    let output = std::process::Command::new(binary)
+        .args(args)
+        .env("KUBECONFIG", testkit::kubeconfig())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "kubectl app-operator {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The plugin's verbs on running samples: `status` of the etcd cluster, `etcdctl` writing and
+/// reading a key in its member, `psql` in the database as its user, and a `report` with the
+/// deployed operator's logs.
+fn the_day_two_verbs_work_on_the_samples(ns: &TestNamespace) {
+    let n = ns.name.as_str();
+    let status = plugin(&["status", "etcd/example-etcd-cluster", "-n", n]);
+    assert!(
+        status.contains("Ready: True")
+            && status.contains("Spec: generation 1, reconciled")
+            && status.contains("  Pod/example-etcd-cluster-"),
+        "{status}"
+    );
+    let put = plugin(&[
+        "etcdctl",
+        "etcd/example-etcd-cluster",
+        "-n",
+        n,
+        "--",
+        "put",
+        "day-two",
+        "works",
+    ]);
+    assert_eq!(put.trim(), "OK");
+    let get = plugin(&[
+        "etcdctl",
+        "etcd/example-etcd-cluster",
+        "-n",
+        n,
+        "--",
+        "get",
+        "day-two",
+        "--print-value-only",
+    ]);
+    assert_eq!(get.trim(), "works");
+    let who = plugin(&[
+        "psql",
+        "sampledb/example-database",
+        "-n",
+        n,
+        "--",
+        "-tAc",
+        "select current_user || '@' || current_database()",
+    ]);
+    assert_eq!(
+        who.trim(),
+        "postgres@app",
+        "psql runs as the database's user"
+    );
+    let bundle = std::env::temp_dir().join(format!("report-{n}"));
+    let said = plugin(&["report", "-n", n, "--output", bundle.to_str().unwrap()]);
+    let logs: Vec<_> = std::fs::read_dir(&bundle)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().ends_with(".log"))
+        .collect();
+    assert!(
+        !logs.is_empty()
+            && logs
+                .iter()
+                .all(|log| std::fs::metadata(log).unwrap().len() > 0),
+        "{said}"
+    );
+    std::fs::remove_dir_all(&bundle).unwrap();
 }
 
 /// RBAC grants the operator patch and delete on every Pod, Job and StatefulSet; the admission
