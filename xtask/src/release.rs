@@ -117,24 +117,31 @@ pub(crate) fn release(dist: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `helm package` of a copy of the chart whose default image repository is `repository` (the
-/// tag is the chart's appVersion already); returns the `.tgz`.
-fn package_chart(dist: &Path, repository: &str) -> Result<PathBuf> {
-    let copy = repo().join("target/release-chart/app-operator");
-    if copy.exists() {
-        std::fs::remove_dir_all(&copy)?;
+/// A fresh copy of `charts/app-operator` at `to` (anything there before is removed), for a
+/// release or a test to change without touching the committed chart.
+pub(crate) fn copy_chart(to: &Path) -> Result<()> {
+    if to.exists() {
+        std::fs::remove_dir_all(to)?;
     }
-    if let Some(parent) = copy.parent() {
+    if let Some(parent) = to.parent() {
         std::fs::create_dir_all(parent)?;
     }
     let copied = Command::new("cp")
         .arg("-r")
         .arg(repo().join("charts/app-operator"))
-        .arg(&copy)
+        .arg(to)
         .status()?;
     if !copied.success() {
-        bail!("copying the chart failed");
+        bail!("copying the chart to {} failed", to.display());
     }
+    Ok(())
+}
+
+/// `helm package` of a copy of the chart whose default image repository is `repository` (the
+/// tag is the chart's appVersion already); returns the `.tgz`.
+fn package_chart(dist: &Path, repository: &str) -> Result<PathBuf> {
+    let copy = repo().join("target/release-chart/app-operator");
+    copy_chart(&copy)?;
     let values_path = copy.join("values.yaml");
     let values = std::fs::read_to_string(&values_path)?;
     const DEFAULT: &str = "\n  repository: app-operator\n";

@@ -490,7 +490,7 @@ fn helm_release(tools: &Tools, kubeconfig: &Path, registry: &str) -> Result<()> 
     println!("helm install --set image.tag=v1: Ready, helm test passed");
 
     let next = repo().join("target/chart-next");
-    add_printer_column(&chart, &next, "example.com_myapps.yaml", "Upgraded")?;
+    add_printer_column(&next, "example.com_myapps.yaml", "Upgraded")?;
     run(
         "helm",
         &[
@@ -527,16 +527,10 @@ fn helm_release(tools: &Tools, kubeconfig: &Path, registry: &str) -> Result<()> 
     Ok(())
 }
 
-/// A copy of `chart` at `next` whose CRD `file` has one more printer column: the next release of
-/// the chart, as far as its CRDs go.
-fn add_printer_column(chart: &Path, next: &Path, file: &str, column: &str) -> Result<()> {
-    if next.exists() {
-        std::fs::remove_dir_all(next)?;
-    }
-    let copied = Command::new("cp").arg("-r").arg(chart).arg(next).status()?;
-    if !copied.success() {
-        bail!("copying {} failed", chart.display());
-    }
+/// A copy of the chart at `next` whose CRD `file` has one more printer column: the next release
+/// of the chart, as far as its CRDs go.
+fn add_printer_column(next: &Path, file: &str, column: &str) -> Result<()> {
+    crate::release::copy_chart(next)?;
     let crd_path = next.join("files/crds").join(file);
     let mut crd: serde_json::Value = serde_norway::from_str(&std::fs::read_to_string(&crd_path)?)?;
     let columns = crd

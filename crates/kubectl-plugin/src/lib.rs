@@ -262,22 +262,28 @@ pub fn render_status(object: &Value, children: &[Value], events: &[Value]) -> St
     out
 }
 
+/// Whether a Pod (as JSON) has its `Ready` condition `True`.
+pub fn pod_ready(pod: &Value) -> bool {
+    field(field(pod, "status"), "conditions")
+        .as_array()
+        .and_then(|conditions| conditions.iter().find(|c| field(c, "type") == "Ready"))
+        .is_some_and(|c| field(c, "status") == "True")
+}
+
 /// A child's state in a few words: a Pod's phase and readiness, a workload's ready replicas, a
 /// Job's outcome, a claim's phase.
 fn child_state(child: &Value) -> String {
     let status = field(child, "status");
     match text(child, "/kind") {
-        "Pod" => {
-            let ready = field(status, "conditions")
-                .as_array()
-                .and_then(|conditions| conditions.iter().find(|c| field(c, "type") == "Ready"))
-                .is_some_and(|c| field(c, "status") == "True");
-            format!(
-                "{} {}",
-                inline(field(status, "phase")),
-                if ready { "ready" } else { "not ready" }
-            )
-        }
+        "Pod" => format!(
+            "{} {}",
+            inline(field(status, "phase")),
+            if pod_ready(child) {
+                "ready"
+            } else {
+                "not ready"
+            }
+        ),
         "Deployment" | "StatefulSet" => format!(
             "{}/{} ready",
             field(status, "readyReplicas").as_i64().unwrap_or(0),

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, Resource};
-use kubectl_app_operator::{KINDS, Kind, parse_reference, redacted, render_status};
+use kubectl_app_operator::{KINDS, Kind, parse_reference, pod_ready, redacted, render_status};
 use serde_json::Value;
 
 #[derive(Parser)]
@@ -204,15 +204,7 @@ async fn status(
 ) -> Result<String, PluginError> {
     let object = object_api(client, namespace, kind).get(name).await?;
     let uid = object.metadata.uid.clone().unwrap_or_default();
-    let mut children = Vec::new();
-    children.extend(owned::<Pod>(client, namespace, &uid).await?);
-    children.extend(owned::<Deployment>(client, namespace, &uid).await?);
-    children.extend(owned::<StatefulSet>(client, namespace, &uid).await?);
-    children.extend(owned::<Service>(client, namespace, &uid).await?);
-    children.extend(owned::<HorizontalPodAutoscaler>(client, namespace, &uid).await?);
-    children.extend(owned::<PersistentVolumeClaim>(client, namespace, &uid).await?);
-    children.extend(owned::<CronJob>(client, namespace, &uid).await?);
-    children.extend(owned::<Job>(client, namespace, &uid).await?);
+    let children = children(client, namespace, &[uid.as_str()]).await?;
     let events = Api::<Event>::namespaced(client.clone(), namespace)
         .list(&ListParams::default().fields(&format!("involvedObject.uid={uid}")))
         .await?;
@@ -239,9 +231,31 @@ async fn status(
     ))
 }
 
-/// The objects of kind `K` in `namespace` controlled by the object of `uid`, as JSON with their
-/// kind set (a list's items carry none).
-async fn owned<K>(client: &Client, namespace: &str, uid: &str) -> Result<Vec<Value>, PluginError>
+/// Every object in `namespace` that one of `owners` (uids) controls: the kinds the operator's
+/// controllers create, each listed once.
+async fn children(
+    client: &Client,
+    namespace: &str,
+    owners: &[&str],
+) -> Result<Vec<Value>, PluginError> {
+    let mut children = owned::<Pod>(client, namespace, owners).await?;
+    children.extend(owned::<Deployment>(client, namespace, owners).await?);
+    children.extend(owned::<StatefulSet>(client, namespace, owners).await?);
+    children.extend(owned::<Service>(client, namespace, owners).await?);
+    children.extend(owned::<HorizontalPodAutoscaler>(client, namespace, owners).await?);
+    children.extend(owned::<PersistentVolumeClaim>(client, namespace, owners).await?);
+    children.extend(owned::<CronJob>(client, namespace, owners).await?);
+    children.extend(owned::<Job>(client, namespace, owners).await?);
+    Ok(children)
+}
+
+/// The objects of kind `K` in `namespace` controlled by one of `owners` (uids), as JSON with
+/// their kind set (a list's items carry none); one list call.
+async fn owned<K>(
+    client: &Client,
+    namespace: &str,
+    owners: &[&str],
+) -> Result<Vec<Value>, PluginError>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -254,12 +268,10 @@ where
         .await?;
     let mut owned = Vec::new();
     for item in list.items {
-        let controlled = item
-            .meta()
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|owner| owner.uid == uid && owner.controller == Some(true));
+        let controlled =
+            item.meta().owner_references.iter().flatten().any(|owner| {
+                owners.contains(&owner.uid.as_str()) && owner.controller == Some(true)
+            });
         if controlled {
             let mut value = serde_json::to_value(&item)?;
             if let Some(fields) = value.as_object_mut() {
@@ -327,10 +339,6 @@ async fn report(
             Err(error) => return Err(error.into()),
         }
     }
-    let uids: Vec<&str> = objects
-        .iter()
-        .filter_map(|object| object.pointer("/metadata/uid").and_then(Value::as_str))
-        .collect();
     let mut children = Vec::new();
     let namespaces: std::collections::BTreeSet<&str> = objects
         .iter()
@@ -342,15 +350,17 @@ async fn report(
         .collect();
     let mut events = Vec::new();
     for namespace in &namespaces {
-        for uid in &uids {
-            children.extend(owned::<Pod>(client, namespace, uid).await?);
-            children.extend(owned::<StatefulSet>(client, namespace, uid).await?);
-            children.extend(owned::<Deployment>(client, namespace, uid).await?);
-            children.extend(owned::<Job>(client, namespace, uid).await?);
-            children.extend(owned::<CronJob>(client, namespace, uid).await?);
-            children.extend(owned::<PersistentVolumeClaim>(client, namespace, uid).await?);
-            children.extend(owned::<Service>(client, namespace, uid).await?);
-        }
+        let owners: Vec<&str> = objects
+            .iter()
+            .filter(|object| {
+                object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    == Some(namespace)
+            })
+            .filter_map(|object| object.pointer("/metadata/uid").and_then(Value::as_str))
+            .collect();
+        children.extend(self::children(client, namespace, &owners).await?);
         for event in Api::<Event>::namespaced(client.clone(), namespace)
             .list(&list_params)
             .await?
@@ -452,34 +462,21 @@ async fn exec_target(
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let mut owners = vec![uid.to_owned()];
-    for set in owned::<StatefulSet>(client, namespace, uid).await? {
-        owners.extend(
-            set.pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-        );
-    }
-    for owner in &owners {
-        for pod in owned::<Pod>(client, namespace, owner).await? {
-            let ready = pod
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .is_some_and(|conditions| {
-                    conditions.iter().any(|c| {
-                        c.get("type") == Some(&"Ready".into())
-                            && c.get("status") == Some(&"True".into())
-                    })
-                });
-            if ready && pod.pointer("/metadata/deletionTimestamp").is_none() {
-                let pod = pod
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                return Ok(ExecTarget { object, pod });
-            }
-        }
+    // An etcd member is the object's own; a database server is its StatefulSet's.
+    let sets = owned::<StatefulSet>(client, namespace, &[uid]).await?;
+    let mut owners = vec![uid];
+    owners.extend(
+        sets.iter()
+            .filter_map(|set| set.pointer("/metadata/uid").and_then(Value::as_str)),
+    );
+    let pods = owned::<Pod>(client, namespace, &owners).await?;
+    let ready = pods
+        .iter()
+        .find(|pod| pod_ready(pod) && pod.pointer("/metadata/deletionTimestamp").is_none())
+        .and_then(|pod| pod.pointer("/metadata/name").and_then(Value::as_str))
+        .map(str::to_owned);
+    if let Some(pod) = ready {
+        return Ok(ExecTarget { object, pod });
     }
     Err(PluginError::NoReadyPod {
         kind: expected,
