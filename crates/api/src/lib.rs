@@ -14,7 +14,9 @@ pub mod sample;
 pub mod sampledb;
 mod validation;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSON,
+};
 use kube::CustomResourceExt;
 
 pub use appcluster::{AppCluster, AppClusterSpec, AppClusterStatus};
@@ -31,12 +33,73 @@ pub const RECONCILE_REQUESTED_AT: &str = "app-operator.example.com/reconcile-req
 
 /// Every CRD this operator serves, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         MyApp::crd(),
         AppCluster::crd(),
         Sample::crd(),
         EtcdCluster::crd(),
         EtcdBackup::crd(),
         SampleDB::crd(),
-    ]
+    ];
+    for crd in &mut crds {
+        default_status_to_unobserved(crd);
+    }
+    crds
+}
+
+/// Gives an object the status `{observedGeneration: 0}` until the operator writes one (the API
+/// server defaults it on every read). Generations start at 1, so GitOps tools that judge health by
+/// kstatus's rules (Flux, Argo CD) read a just-applied object as in progress, not as current as
+/// they read an object with no status at all.
+fn default_status_to_unobserved(crd: &mut CustomResourceDefinition) {
+    for version in &mut crd.spec.versions {
+        let status = version
+            .schema
+            .as_mut()
+            .and_then(|schema| schema.open_api_v3_schema.as_mut())
+            .and_then(|root| root.properties.as_mut())
+            .and_then(|properties| properties.get_mut("status"));
+        if let Some(status) = status {
+            status.default = Some(JSON(serde_json::json!({ "observedGeneration": 0 })));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// The status a kind's CRD defaults to.
+    fn defaulted_status(kind: &str) -> serde_json::Value {
+        let crd = crds()
+            .into_iter()
+            .find(|crd| crd.spec.names.kind == kind)
+            .unwrap();
+        let version = crd.spec.versions.first().unwrap();
+        let root = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref();
+        let status = &root.unwrap().properties.as_ref().unwrap()["status"];
+        status.default.clone().expect(kind).0
+    }
+
+    #[test]
+    fn every_kind_reads_its_defaulted_status_as_generation_0() {
+        let read = |kind: &str| defaulted_status(kind);
+        let generations = [
+            serde_json::from_value::<MyAppStatus>(read("MyApp")).map(|s| s.observed_generation),
+            serde_json::from_value::<AppClusterStatus>(read("AppCluster"))
+                .map(|s| s.observed_generation),
+            serde_json::from_value::<SampleStatus>(read("Sample")).map(|s| s.observed_generation),
+            serde_json::from_value::<EtcdClusterStatus>(read("EtcdCluster"))
+                .map(|s| s.observed_generation),
+            serde_json::from_value::<EtcdBackupStatus>(read("EtcdBackup"))
+                .map(|s| s.observed_generation),
+            serde_json::from_value::<SampleDBStatus>(read("SampleDB"))
+                .map(|s| s.observed_generation),
+        ];
+        for generation in generations {
+            assert_eq!(generation.unwrap(), Some(0));
+        }
+    }
 }

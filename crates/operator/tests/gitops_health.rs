@@ -1,11 +1,11 @@
 //! GitOps health: Flux judges an object by kstatus's rules (sigs.k8s.io/cli-utils), Argo CD by a
-//! Lua health check (docs/gitops.md gives one). Every version of a MyApp, an AppCluster and a
-//! SampleDB that a watch saw through their lifecycles (created, Ready, changed, Ready again; a
-//! MyApp refused, then retried) is judged by kstatus itself and by the documented Lua check run as
-//! Argo CD runs it (the `gitops-health` tool, built from the Go modules), and each verdict must be
-//! ours: healthy when Ready for the object's generation, failed while Stalled for it, in progress
-//! otherwise. The one documented exception: kstatus reads an object with no status yet (before
-//! the operator's first write) as current.
+//! Lua health check (docs/gitops.md gives one). Every version of each kind that a watch saw
+//! through its lifecycle (created, Ready, changed, Ready again; refused, then retried or deleted)
+//! is judged by kstatus itself and by the documented Lua check run as Argo CD runs it (the
+//! `gitops-health` tool, built from the Go modules), and each verdict must be ours: healthy when
+//! Ready for the object's generation (a Sample, which has no conditions: when its generation is
+//! observed), failed while Stalled for it, in progress otherwise, also before the operator's
+//! first status (the CRDs default it to `observedGeneration: 0`).
 
 // Test code: a failed expectation is a failed test.
 #![allow(
@@ -21,13 +21,14 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use app_operator::api::{AppCluster, MyApp, RECONCILE_REQUESTED_AT, SampleDB};
+use app_operator::api::{
+    AppCluster, EtcdBackup, EtcdCluster, MyApp, RECONCILE_REQUESTED_AT, Sample, SampleDB,
+};
 use app_operator::manager::ControllerKind;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde_json::{Value, json};
-use support::TIMEOUT;
 use testkit::watch::Watch;
 use testkit::{TestNamespace, eventually, object, tools};
 
@@ -66,6 +67,8 @@ fn ours(object: &Value) -> &'static str {
     let generation = &object["metadata"]["generation"];
     if &object["status"]["observedGeneration"] != generation {
         "InProgress"
+    } else if object["kind"] == "Sample" {
+        "Current"
     } else if condition_true(object, "Stalled") {
         "Failed"
     } else if condition_true(object, "Ready") {
@@ -107,6 +110,45 @@ fn judged(mode: &[&str], objects: &[Value]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// kstatus and the Argo CD check of docs/gitops.md judge every version as we do: how many
+/// versions got each of our verdicts.
+fn verdicts_agree(versions: &[Value]) -> std::collections::BTreeMap<&'static str, usize> {
+    let kstatus = judged(&["kstatus"], versions);
+    let script = argocd_health_check();
+    let argocd = judged(&["argocd", script.to_str().unwrap()], versions);
+    std::fs::remove_file(&script).unwrap();
+    assert_eq!(
+        (kstatus.len(), argocd.len()),
+        (versions.len(), versions.len())
+    );
+    let mut seen = std::collections::BTreeMap::new();
+    let mut mismatches = Vec::new();
+    for ((object, (kstatus, message)), (argocd, _)) in versions.iter().zip(&kstatus).zip(&argocd) {
+        let expected = ours(object);
+        *seen.entry(expected).or_default() += 1;
+        let argocd_expected = match expected {
+            "Current" => "Healthy",
+            "Failed" => "Degraded",
+            _ => "Progressing",
+        };
+        if kstatus != expected || argocd != argocd_expected {
+            mismatches.push(format!(
+                "{} {} rv {}: kstatus {kstatus} ({message}), Argo CD {argocd}, we say {expected}; status {}",
+                object["kind"],
+                object["metadata"]["name"],
+                object["metadata"]["resourceVersion"],
+                object["status"]
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    eprintln!(
+        "kstatus and the Argo CD check agreed on {} versions: {seen:?}",
+        versions.len()
+    );
+    seen
+}
+
 /// The Argo CD health check of docs/gitops.md: the Lua under the MyApp key, written to a file.
 fn argocd_health_check() -> std::path::PathBuf {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/gitops.md"))
@@ -134,7 +176,7 @@ where
     K: std::fmt::Debug,
 {
     eventually(
-        TIMEOUT,
+        support::etcd::SLOW,
         &format!("{name} Ready for generation {generation}"),
         || async {
             let object = serde_json::to_value(api.get(name).await.ok()?).ok()?;
@@ -205,7 +247,7 @@ async fn kstatus_reads_each_kind_healthy_exactly_when_it_is_ready_for_its_genera
     ready_for_generation(&apps, "web", 1).await;
     ready_for_generation(&clusters, "pods", 1).await;
     ready_for_generation(&databases, "db", 1).await;
-    eventually(TIMEOUT, "MyApp refused Stalled", || async {
+    eventually(support::TIMEOUT, "MyApp refused Stalled", || async {
         let object = serde_json::to_value(apps.get("refused").await.ok()?).ok()?;
         (ours(&object) == "Failed").then_some(())
     })
@@ -244,44 +286,83 @@ async fn kstatus_reads_each_kind_healthy_exactly_when_it_is_ready_for_its_genera
         watch.stop().await;
     }
 
-    let versions = versions.lock().unwrap().clone();
-    let kstatus = judged(&["kstatus"], &versions);
-    let script = argocd_health_check();
-    let argocd = judged(&["argocd", script.to_str().unwrap()], &versions);
-    std::fs::remove_file(&script).unwrap();
-    assert_eq!(
-        (kstatus.len(), argocd.len()),
-        (versions.len(), versions.len())
-    );
-    let mut seen = std::collections::BTreeMap::<&str, usize>::new();
-    let mut mismatches = Vec::new();
-    for ((object, (kstatus, message)), (argocd, _)) in versions.iter().zip(&kstatus).zip(&argocd) {
-        let expected = ours(object);
-        *seen.entry(expected).or_default() += 1;
-        let unreconciled = object["status"].is_null();
-        let kstatus_expected = if unreconciled { "Current" } else { expected };
-        let argocd_expected = match expected {
-            "Current" => "Healthy",
-            "Failed" => "Degraded",
-            _ => "Progressing",
-        };
-        if kstatus != kstatus_expected || argocd != argocd_expected {
-            mismatches.push(format!(
-                "{} {} rv {}: kstatus {kstatus} ({message}), Argo CD {argocd}, we say {expected}; status {}",
-                object["kind"],
-                object["metadata"]["name"],
-                object["metadata"]["resourceVersion"],
-                object["status"]
-            ));
-        }
-    }
-    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    let seen = verdicts_agree(&versions.lock().unwrap());
     // Each verdict occurred: the comparison covered progress, health and failure.
     for verdict in ["InProgress", "Current", "Failed"] {
         assert!(seen.get(verdict).is_some_and(|n| *n > 0), "{seen:?}");
     }
-    eprintln!(
-        "kstatus and the Argo CD check agreed on {} versions: {seen:?}",
-        versions.len()
-    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kstatus_reads_etcd_clusters_backups_and_samples_healthy_exactly_when_they_are() {
+    let setup = support::etcd::setup(
+        "gitops-etcd",
+        &[
+            ControllerKind::Etcdcluster,
+            ControllerKind::Etcdbackup,
+            ControllerKind::Sample,
+        ],
+    )
+    .await;
+    let ns = &setup.ns;
+    let client = testkit::client().await;
+    let versions = Arc::new(Mutex::new(Vec::new()));
+    let watches = [
+        record::<EtcdCluster>(ns, &client, &versions),
+        record::<EtcdBackup>(ns, &client, &versions),
+        record::<Sample>(ns, &client, &versions),
+    ];
+    let clusters = ns.api::<EtcdCluster>();
+    let backups = ns.api::<EtcdBackup>();
+    let samples = ns.api::<Sample>();
+    let post = PostParams::default();
+    clusters
+        .create(
+            &post,
+            &object(json!({ "apiVersion": "etcd.database.coreos.com/v1beta2",
+            "kind": "EtcdCluster", "metadata": { "name": "etcd" }, "spec": { "size": 1 } })),
+        )
+        .await
+        .unwrap();
+    samples
+        .create(
+            &post,
+            &object(
+                json!({ "apiVersion": "example.com/v1alpha1", "kind": "Sample",
+            "metadata": { "name": "sample" }, "testString": "first" }),
+            ),
+        )
+        .await
+        .unwrap();
+    ready_for_generation(&clusters, "etcd", 1).await;
+    ready_for_generation(&samples, "sample", 1).await;
+    backups
+        .create(
+            &post,
+            &object(json!({ "apiVersion": "etcd.database.coreos.com/v1beta2",
+            "kind": "EtcdBackup", "metadata": { "name": "once" },
+            "spec": { "etcdCluster": { "name": "etcd" } } })),
+        )
+        .await
+        .unwrap();
+    support::etcd::patch_spec(ns, "etcd", json!({ "size": 3 })).await;
+    samples
+        .patch(
+            "sample",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "testString": "second" })),
+        )
+        .await
+        .unwrap();
+    ready_for_generation(&backups, "once", 1).await;
+    ready_for_generation(&clusters, "etcd", 2).await;
+    ready_for_generation(&samples, "sample", 2).await;
+    for watch in watches {
+        watch.stop().await;
+    }
+
+    let seen = verdicts_agree(&versions.lock().unwrap());
+    for verdict in ["InProgress", "Current"] {
+        assert!(seen.get(verdict).is_some_and(|n| *n > 0), "{seen:?}");
+    }
 }

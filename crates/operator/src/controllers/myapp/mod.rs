@@ -97,7 +97,7 @@ impl Reconciler for MyAppReconciler {
         let now = Time(Timestamp::now());
         let mut desired = status(app, deployment.as_ref(), None, outcome.as_ref().err(), &now);
         if outcome.is_ok()
-            && app.status.is_none()
+            && never_written(app)
             && let Some(wait) = first_status_wait(app, &desired, &now)
         {
             return Reconciled::unchanged(Ok(Action::requeue(wait))).announcing(announce);
@@ -275,6 +275,16 @@ const FIRST_STATUS_WAIT: Duration = Duration::from_secs(60);
 /// How often a MyApp whose container cannot start is looked at again.
 const WAITING_RECHECK: Duration = Duration::from_secs(30);
 
+/// Whether the operator has written no status for the MyApp yet: it has none, or the API
+/// server's default (`observedGeneration: 0`).
+fn never_written(app: &MyApp) -> bool {
+    app.status
+        .as_ref()
+        .and_then(|status| status.observed_generation)
+        .unwrap_or_default()
+        == 0
+}
+
 /// While a MyApp that never had a status is younger than [`FIRST_STATUS_WAIT`] and `desired`
 /// is not Ready yet: how long is left (the reconcile that ends it writes whatever is true then).
 fn first_status_wait(app: &MyApp, desired: &MyAppStatus, now: &Time) -> Option<Duration> {
@@ -328,4 +338,28 @@ async fn restore_ports(client: &Client, desired: &Service) -> Result<(), Error> 
             name,
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use app_operator_api::MyAppStatus;
+
+    use super::labels::tests::minimal_app;
+    use super::*;
+
+    #[test]
+    fn a_status_is_unwritten_until_it_observed_a_generation() {
+        let mut app = minimal_app();
+        assert!(never_written(&app), "no status");
+        app.status = Some(MyAppStatus {
+            observed_generation: Some(0),
+            ..MyAppStatus::default()
+        });
+        assert!(never_written(&app), "the CRD's default status");
+        app.status = Some(MyAppStatus {
+            observed_generation: Some(1),
+            ..MyAppStatus::default()
+        });
+        assert!(!never_written(&app), "a status the operator wrote");
+    }
 }
