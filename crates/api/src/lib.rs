@@ -31,6 +31,11 @@ pub use sampledb::{SampleDB, SampleDBSpec, SampleDBStatus};
 /// whose last failure was permanent and that otherwise waits for its spec to change.
 pub const RECONCILE_REQUESTED_AT: &str = "app-operator.example.com/reconcile-requested-at";
 
+/// Asks a SampleDB for a backup now: any new value (`kubectl app-operator backup` writes the
+/// time) starts one backup Job, annotated with the same value, once the database is up and no
+/// other backup runs; `status.backup.lastHandledRequest` then shows the value.
+pub const BACKUP_REQUESTED_AT: &str = "app-operator.example.com/backup-requested-at";
+
 /// Every CRD this operator serves, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let mut crds = vec![

@@ -202,14 +202,23 @@ pub struct InitSql {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Restore {
-    /// BackupFile is a file in the backups volume: a backup (`<name>-backup-<time>.dump`) or a
-    /// final snapshot (`<name>-final-snapshot-<first 8 characters of its uid>.dump`) of an
-    /// earlier SampleDB of this name, whose backups volume outlives it.
+    /// BackupFile is a file in the source's backups volume: a backup (`<name>-backup-<time>.dump`)
+    /// or a final snapshot (`<name>-final-snapshot-<first 8 characters of its uid>.dump`).
     #[schemars(
         length(min = 1, max = 253),
         regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     )]
     pub backup_file: String,
+
+    /// Source is the SampleDB in this namespace whose backups volume holds the file: another
+    /// one for a clone (it may be deleted, its backups volume is kept). Unset: an earlier
+    /// SampleDB of this name, whose backups volume outlives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub source: Option<String>,
 }
 
 /// BackupPolicy defines when backups run and how many finished Jobs are kept.
@@ -223,7 +232,8 @@ pub struct BackupPolicy {
     #[schemars(length(min = 1, max = 256))]
     pub schedule: Option<String>,
 
-    /// Suspend stops new backups (a running one finishes).
+    /// Suspend stops new scheduled backups (a running one finishes; an on-demand one, asked for
+    /// with the `app-operator.example.com/backup-requested-at` annotation, still runs).
     #[serde(default)]
     pub suspend: bool,
 
@@ -337,7 +347,7 @@ pub enum SampleDBPhase {
     Failed,
 }
 
-/// BackupStatus reports the scheduled backups.
+/// BackupStatus reports the scheduled and on-demand backups.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupStatus {
@@ -359,6 +369,11 @@ pub struct BackupStatus {
     /// LastFailedJob is the Job of that backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failed_job: Option<String>,
+    /// LastHandledRequest is the value of the `app-operator.example.com/backup-requested-at`
+    /// annotation the latest on-demand backup was started for (its Job carries the same
+    /// annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_request: Option<String>,
     /// SkippedSchedules counts the ticks that passed without a backup (the operator was down, or a
     /// backup was still running); after a gap one backup catches up, not one per missed tick.
     #[serde(default)]

@@ -2,6 +2,8 @@
 //! screen and what a report leaves out, from what the API server returned (pure: tested without
 //! a cluster).
 
+pub mod backups;
+
 use std::fmt::Write as _;
 
 use kube::discovery::ApiResource;
@@ -142,9 +144,11 @@ pub fn render_status(object: &Value, children: &[Value], events: &[Value]) -> St
     let generation = object
         .pointer("/metadata/generation")
         .and_then(Value::as_i64);
+    // 0 is the CRDs' default status: none written yet.
     let observed = object
         .pointer("/status/observedGeneration")
-        .and_then(Value::as_i64);
+        .and_then(Value::as_i64)
+        .filter(|observed| *observed > 0);
     let _ = writeln!(
         out,
         "{} {}/{}",
@@ -462,7 +466,8 @@ mod tests {
             render_status(&etcd(5, Some(4)), &[], &[])
                 .contains("generation 5, status is of generation 4: not reconciled yet")
         );
-        let fresh = json!({ "kind": "MyApp", "metadata": { "name": "web", "generation": 1 } });
+        let fresh = json!({ "kind": "MyApp", "metadata": { "name": "web", "generation": 1 },
+                            "status": { "observedGeneration": 0 } });
         let screen = render_status(&fresh, &[], &[]);
         assert!(
             screen.contains("Ready: Unknown (no Ready condition yet)"),

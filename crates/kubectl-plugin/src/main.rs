@@ -4,15 +4,17 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use app_operator_api::BACKUP_REQUESTED_AT;
 use clap::{Parser, Subcommand};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, Resource};
+use kube::{Client, Config, Resource, ResourceExt};
+use kubectl_app_operator::backups::{self, CloneFrom, EtcdBackupState};
 use kubectl_app_operator::{KINDS, Kind, parse_reference, pod_ready, redacted, render_status};
 use serde_json::Value;
 
@@ -69,6 +71,32 @@ enum Verb {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Back up etcd/NAME (a one-off EtcdBackup into a claim the operator creates) or sampledb/NAME
+    /// (an on-demand backup Job, asked for with the app-operator.example.com/backup-requested-at
+    /// annotation) now.
+    Backup {
+        reference: String,
+        /// Wait until the backup succeeded (or failed: exit 1) and say where it is.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits, e.g. 90s or 10m.
+        #[arg(long, default_value = "10m", value_parser = parse_timeout)]
+        timeout: std::time::Duration,
+    },
+    /// Create NEW as a copy of etcd/NAME or sampledb/NAME (the same spec) started from a backup:
+    /// an etcd cluster from the newest EtcdBackup of NAME holding a snapshot, a database from its
+    /// latest successful backup (the source may be deleted; its backups volume is kept).
+    Clone {
+        reference: String,
+        new_name: String,
+        /// The backup to start from: an EtcdBackup's name, or a file of the database's backups
+        /// volume (`<job>.dump`).
+        #[arg(long)]
+        backup: Option<String>,
+        /// One of the EtcdBackup's kept snapshots (`status.snapshots`) instead of its newest.
+        #[arg(long)]
+        snapshot: Option<String>,
+    },
     /// Ask the operator to reconcile KIND/NAME now, also one that failed permanently and waits
     /// for a change: sets the app-operator.example.com/reconcile-requested-at annotation.
     Retry { reference: String },
@@ -97,6 +125,10 @@ enum PluginError {
         kubectl: String,
         source: std::io::Error,
     },
+    #[error("timed out waiting for {0}")]
+    Timeout(String),
+    #[error("{0}")]
+    Failed(String),
     #[error("kubectl exec exited with {0}")]
     Exec(std::process::ExitStatus),
 }
@@ -189,7 +221,221 @@ async fn run(cli: Cli) -> Result<String, PluginError> {
             let (kind, name) = parse_reference(reference)?;
             retry(&client, &namespace, kind, name).await
         }
+        Verb::Backup {
+            reference,
+            wait,
+            timeout,
+        } => {
+            let (kind, name) = parse_reference(reference)?;
+            let deadline = wait.then(|| tokio::time::Instant::now() + *timeout);
+            match kind.kind {
+                "EtcdCluster" => backup_etcd(&client, &namespace, name, deadline).await,
+                "SampleDB" => backup_database(&client, &namespace, name, deadline).await,
+                other => Err(PluginError::Unsupported(format!(
+                    "backup takes an EtcdCluster or a SampleDB, not a {other}"
+                ))),
+            }
+        }
+        Verb::Clone {
+            reference,
+            new_name,
+            backup,
+            snapshot,
+        } => {
+            let (kind, name) = parse_reference(reference)?;
+            clone(
+                &client,
+                &namespace,
+                (kind, name),
+                new_name,
+                backup.clone(),
+                snapshot.clone(),
+            )
+            .await
+        }
     }
+}
+
+fn parse_timeout(value: &str) -> Result<std::time::Duration, String> {
+    let duration: k8s_openapi::jiff::SignedDuration = value
+        .parse()
+        .map_err(|error| format!("{value:?} is not a duration like 90s or 10m: {error}"))?;
+    std::time::Duration::try_from(duration).map_err(|error| format!("{value:?}: {error}"))
+}
+
+/// How often a waiting verb looks again.
+const POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits for `done` to say something (`Ok` ends the wait, `Err` fails it) until `deadline`;
+/// `waiting_for` says what in the timeout's error.
+async fn wait_until<F, Fut>(
+    deadline: tokio::time::Instant,
+    waiting_for: &str,
+    mut done: F,
+) -> Result<String, PluginError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<String>, PluginError>>,
+{
+    loop {
+        if let Some(said) = done().await? {
+            return Ok(said);
+        }
+        if tokio::time::Instant::now() + POLL > deadline {
+            return Err(PluginError::Timeout(waiting_for.to_owned()));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn backup_etcd(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<String, PluginError> {
+    // The cluster must exist: a backup of a missing one would only wait for it.
+    object_api(client, namespace, kind_named("EtcdCluster")?)
+        .get(cluster)
+        .await?;
+    let backups = object_api(client, namespace, kind_named("EtcdBackup")?);
+    let desired: DynamicObject =
+        serde_json::from_value(backups::etcd_backup(cluster, Timestamp::now()))?;
+    let made = backups.create(&PostParams::default(), &desired).await?;
+    let name = made.metadata.name.unwrap_or_default();
+    let Some(deadline) = deadline else {
+        return Ok(format!(
+            "EtcdBackup {name} created in {namespace}; follow it with `kubectl app-operator status etcdbackup/{name} -n {namespace}`\n"
+        ));
+    };
+    wait_until(deadline, &format!("EtcdBackup {name} to succeed"), || async {
+        let backup = serde_json::to_value(backups.get(&name).await?)?;
+        match backups::etcd_backup_state(&backup) {
+            EtcdBackupState::Running => Ok(None),
+            EtcdBackupState::Succeeded { snapshot, claim } => Ok(Some(format!(
+                "EtcdBackup {name} succeeded: snapshot {snapshot} in PersistentVolumeClaim {claim}; clone from it with `kubectl app-operator clone etcd/{cluster} NEW --backup {name} -n {namespace}`\n"
+            ))),
+            EtcdBackupState::Failed(reason) => Err(PluginError::Failed(format!(
+                "EtcdBackup {name} failed: {reason}"
+            ))),
+        }
+    })
+    .await
+}
+
+async fn backup_database(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<String, PluginError> {
+    let databases = object_api(client, namespace, kind_named("SampleDB")?);
+    let request = Timestamp::now().to_string();
+    let patch = serde_json::json!({
+        "metadata": { "annotations": { BACKUP_REQUESTED_AT: request } }
+    });
+    let db = databases
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let Some(deadline) = deadline else {
+        return Ok(format!(
+            "SampleDB {name} in {namespace}: backup requested at {request}; `kubectl get jobs -n {namespace}` shows its Job once it starts (annotated {BACKUP_REQUESTED_AT}={request})\n"
+        ));
+    };
+    let uid = db.metadata.uid.unwrap_or_default();
+    let jobs = Api::<Job>::namespaced(client.clone(), namespace);
+    wait_until(deadline, &format!("the backup of SampleDB {name} requested at {request}"), || async {
+        let list = jobs.list(&ListParams::default()).await?;
+        let Some(job) = list.items.into_iter().find(|job| {
+            job.annotations().get(BACKUP_REQUESTED_AT) == Some(&request)
+                && job.owner_references().iter().any(|owner| owner.uid == uid)
+        }) else {
+            return Ok(None);
+        };
+        let job_name = job.name_any();
+        let status = job.status.unwrap_or_default();
+        if status.succeeded.unwrap_or_default() > 0 {
+            return Ok(Some(format!(
+                "backup Job {job_name} succeeded: {job_name}.dump in PersistentVolumeClaim {name}-backups; clone from it with `kubectl app-operator clone sampledb/{name} NEW --backup {job_name}.dump -n {namespace}`\n"
+            )));
+        }
+        if status.failed.unwrap_or_default() > 0 {
+            let why = status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|condition| condition.type_ == "Failed")
+                .and_then(|condition| condition.message.clone())
+                .unwrap_or_default();
+            return Err(PluginError::Failed(format!(
+                "backup Job {job_name} failed: {why} (`kubectl logs job/{job_name} -n {namespace}`)"
+            )));
+        }
+        Ok(None)
+    })
+    .await
+}
+
+async fn clone(
+    client: &Client,
+    namespace: &str,
+    (kind, name): (&Kind, &str),
+    new_name: &str,
+    backup: Option<String>,
+    snapshot: Option<String>,
+) -> Result<String, PluginError> {
+    let api = object_api(client, namespace, kind);
+    let source = serde_json::to_value(api.get(name).await?)?;
+    let from = match kind.kind {
+        "EtcdCluster" => {
+            let name = match backup {
+                Some(backup) => backup,
+                None => {
+                    let all = object_api(client, namespace, kind_named("EtcdBackup")?)
+                        .list(&ListParams::default())
+                        .await?
+                        .items
+                        .into_iter()
+                        .map(serde_json::to_value)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    backups::newest_etcd_backup(&all, name)
+                        .map(str::to_owned)
+                        .ok_or_else(|| PluginError::Unsupported(format!(
+                            "no EtcdBackup of {name} in {namespace} holds a snapshot: take one with `kubectl app-operator backup etcd/{name} --wait -n {namespace}`"
+                        )))?
+                }
+            };
+            CloneFrom::EtcdBackup { name, snapshot }
+        }
+        "SampleDB" => {
+            let file = backup.or_else(|| backups::latest_sampledb_backup(&source)).ok_or_else(|| {
+                PluginError::Unsupported(format!(
+                    "SampleDB {name} has no successful backup yet: take one with `kubectl app-operator backup sampledb/{name} --wait -n {namespace}`"
+                ))
+            })?;
+            CloneFrom::SampleDBBackup { file }
+        }
+        other => {
+            return Err(PluginError::Unsupported(format!(
+                "clone takes an EtcdCluster or a SampleDB, not a {other}"
+            )));
+        }
+    };
+    let desired = backups::clone_of(&source, new_name, &from).map_err(PluginError::Unsupported)?;
+    api.create(&PostParams::default(), &serde_json::from_value(desired)?)
+        .await?;
+    Ok(format!(
+        "{} {new_name} created in {namespace} from {from}; follow it with `kubectl app-operator status {}/{new_name} -n {namespace}`\n",
+        kind.kind, kind.plural
+    ))
+}
+
+/// One of the plugin's kinds by its name.
+fn kind_named(kind: &str) -> Result<&'static Kind, PluginError> {
+    KINDS
+        .iter()
+        .find(|known| known.kind == kind)
+        .ok_or_else(|| PluginError::Unsupported(format!("no kind {kind}")))
 }
 
 fn object_api(client: &Client, namespace: &str, kind: &Kind) -> Api<DynamicObject> {

@@ -315,8 +315,9 @@ fn plugin(args: &[&str]) -> String {
 }
 
 /// The plugin's verbs on running samples: `status` of the etcd cluster, `etcdctl` writing and
-/// reading a key in its member, `psql` in the database as its user, and a `report` with the
-/// deployed operator's logs.
+/// reading a key in its member, `psql` in the database as its user, `backup --wait` of both and
+/// a `clone` of each from that backup holding what was written before it, and a `report` with
+/// the deployed operator's logs.
 fn the_day_two_verbs_work_on_the_samples(ns: &TestNamespace) {
     let n = ns.name.as_str();
     let status = plugin(&["status", "etcd/example-etcd-cluster", "-n", n]);
@@ -362,6 +363,7 @@ fn the_day_two_verbs_work_on_the_samples(ns: &TestNamespace) {
         "postgres@app",
         "psql runs as the database's user"
     );
+    backups_and_clones_hold_what_was_written(ns);
     let bundle = std::env::temp_dir().join(format!("report-{n}"));
     let said = plugin(&["report", "-n", n, "--output", bundle.to_str().unwrap()]);
     let logs: Vec<_> = std::fs::read_dir(&bundle)
@@ -377,6 +379,64 @@ fn the_day_two_verbs_work_on_the_samples(ns: &TestNamespace) {
         "{said}"
     );
     std::fs::remove_dir_all(&bundle).unwrap();
+}
+
+/// `backup --wait` of the etcd sample (holding `day-two`) and of the database sample after a row
+/// was written, then `clone` of each: the clones become Ready and hold the key and the row.
+fn backups_and_clones_hold_what_was_written(ns: &TestNamespace) {
+    let n = ns.name.as_str();
+    plugin(&[
+        "psql",
+        "sampledb/example-database",
+        "-n",
+        n,
+        "--",
+        "-c",
+        "create table day_two (said text); insert into day_two values ('kept')",
+    ]);
+    for (object, clone) in [
+        ("sampledb/example-database", "example-database-clone"),
+        ("etcd/example-etcd-cluster", "example-etcd-clone"),
+    ] {
+        let backup = plugin(&["backup", object, "-n", n, "--wait", "--timeout", "4m"]);
+        assert!(backup.contains(" succeeded: "), "{backup}");
+        let cloned = plugin(&["clone", object, clone, "-n", n]);
+        assert!(cloned.contains(&format!("{clone} created")), "{cloned}");
+    }
+    for clone in [
+        "sampledb/example-database-clone",
+        "etcdcluster/example-etcd-clone",
+    ] {
+        kubectl_ok(&[
+            "wait",
+            "--for=condition=Ready",
+            clone,
+            "-n",
+            n,
+            "--timeout=300s",
+        ]);
+    }
+    let row = plugin(&[
+        "psql",
+        "sampledb/example-database-clone",
+        "-n",
+        n,
+        "--",
+        "-tAc",
+        "select said from day_two",
+    ]);
+    assert_eq!(row.trim(), "kept", "the clone holds the row");
+    let key = plugin(&[
+        "etcdctl",
+        "etcd/example-etcd-clone",
+        "-n",
+        n,
+        "--",
+        "get",
+        "day-two",
+        "--print-value-only",
+    ]);
+    assert_eq!(key.trim(), "works", "the clone holds the key");
 }
 
 /// RBAC grants the operator patch and delete on every Pod, Job and StatefulSet; the admission

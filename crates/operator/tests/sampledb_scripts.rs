@@ -77,6 +77,7 @@ fn restore_job(file: &str) -> Job {
     let mut db = sample_db();
     db.spec.restore = Some(Restore {
         backup_file: file.to_owned(),
+        source: None,
     });
     children::first_job(&db, &owner(&db))
 }
@@ -84,7 +85,7 @@ fn restore_job(file: &str) -> Job {
 fn backup_job() -> Job {
     let db = sample_db();
     let tick = "2025-01-01T00:00:00Z".parse().unwrap();
-    children::backup_job(&db, &owner(&db), &db.spec.version, tick)
+    children::backup_job(&db, &owner(&db), &db.spec.version, tick, None)
 }
 
 fn upgrade_job(from: &str, to: &str) -> Job {

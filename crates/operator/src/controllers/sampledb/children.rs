@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use app_operator_api::SampleDB;
+use app_operator_api::{BACKUP_REQUESTED_AT, SampleDB};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -381,7 +381,10 @@ pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
         env("BACKUP_DIR", BACKUPS_MOUNT),
     ];
     let mut mounts = vec![mount("backups", BACKUPS_MOUNT)];
-    let mut volumes = vec![claim_volume("backups", backups_claim(&name))];
+    let mut volumes = vec![claim_volume(
+        "backups",
+        backups_claim(backups_of(db, spec.kind)),
+    )];
     if spec.data {
         environment.push(env("PGDATA", PGDATA));
         mounts.push(mount("data", DATA_MOUNT));
@@ -451,6 +454,16 @@ pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
     }
 }
 
+/// The SampleDB whose backups volume a Job of `kind` mounts: a clone's restore Job reads its
+/// source's, every other Job this SampleDB's own.
+fn backups_of(db: &SampleDB, kind: JobKind) -> &str {
+    let source = db.spec.restore.as_ref().and_then(|r| r.source.as_deref());
+    match (kind, source) {
+        (JobKind::Restore, Some(source)) => source,
+        _ => db.metadata.name.as_deref().unwrap_or_default(),
+    }
+}
+
 /// The init Job, or the restore Job when the SampleDB starts from a backup.
 pub fn first_job(db: &SampleDB, owner: &OwnerReference) -> Job {
     let name = db.name_any();
@@ -478,9 +491,17 @@ pub fn first_job(db: &SampleDB, owner: &OwnerReference) -> Job {
     )
 }
 
-pub fn backup_job(db: &SampleDB, owner: &OwnerReference, version: &str, tick: Timestamp) -> Job {
+/// A backup: of a schedule's tick, or (`request` set) on demand at `tick`, annotated with the
+/// request it serves.
+pub fn backup_job(
+    db: &SampleDB,
+    owner: &OwnerReference,
+    version: &str,
+    tick: Timestamp,
+    request: Option<&str>,
+) -> Job {
     let name = backup_job_name(&db.name_any(), tick);
-    job(
+    let mut backup = job(
         db,
         JobSpecOf {
             kind: JobKind::Backup,
@@ -493,7 +514,10 @@ pub fn backup_job(db: &SampleDB, owner: &OwnerReference, version: &str, tick: Ti
             before: None,
             owner: Some(owner),
         },
-    )
+    );
+    backup.metadata.annotations =
+        request.map(|request| [(BACKUP_REQUESTED_AT.to_owned(), request.to_owned())].into());
+    backup
 }
 
 /// The offline upgrade: the old version dumps the stopped database, the new one converts the data
@@ -564,7 +588,7 @@ mod tests {
                 .template
                 .spec,
             first_job(&db, &owner).spec.unwrap().template.spec,
-            backup_job(&db, &owner, "15", tick)
+            backup_job(&db, &owner, "15", tick, None)
                 .spec
                 .unwrap()
                 .template
@@ -595,5 +619,60 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The claim behind a Job's `backups` volume.
+    fn backups_volume(job: &Job) -> String {
+        let spec = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let volumes = spec.volumes.as_ref().unwrap();
+        let backups = volumes.iter().find(|v| v.name == "backups").unwrap();
+        backups
+            .persistent_volume_claim
+            .as_ref()
+            .unwrap()
+            .claim_name
+            .clone()
+    }
+
+    #[test]
+    fn a_clone_restores_from_its_sources_backups_and_backs_up_into_its_own() {
+        let mut clone = db();
+        clone.metadata.name = Some("copy".into());
+        clone.spec.restore = Some(
+            serde_json::from_value(serde_json::json!({
+                "backupFile": "db-backup-20261123-103000.dump", "source": "db"
+            }))
+            .unwrap(),
+        );
+        let owner = OwnerReference::default();
+        let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
+        assert_eq!(backups_volume(&first_job(&clone, &owner)), "db-backups");
+        assert_eq!(
+            backups_volume(&backup_job(&clone, &owner, "15", tick, None)),
+            "copy-backups"
+        );
+        clone.spec.restore.as_mut().unwrap().source = None;
+        assert_eq!(backups_volume(&first_job(&clone, &owner)), "copy-backups");
+    }
+
+    #[test]
+    fn an_on_demand_backup_job_carries_its_request() {
+        let db = db();
+        let owner = OwnerReference::default();
+        let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
+        let on_demand = backup_job(&db, &owner, "15", tick, Some("t1"));
+        assert_eq!(
+            on_demand.metadata.name.as_deref(),
+            Some("db-backup-20261123-103000")
+        );
+        assert_eq!(
+            on_demand
+                .annotations()
+                .get(BACKUP_REQUESTED_AT)
+                .map(String::as_str),
+            Some("t1")
+        );
+        let scheduled = backup_job(&db, &owner, "15", tick, None);
+        assert!(scheduled.metadata.annotations.is_none());
     }
 }

@@ -15,8 +15,8 @@ mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
-use app_operator_api::SampleDB;
 use app_operator_api::sampledb::{FINALIZER, SampleDBStatus};
+use app_operator_api::{BACKUP_REQUESTED_AT, SampleDB};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
@@ -115,6 +115,7 @@ fn desired(db: &SampleDB) -> Desired {
         version: spec.version.clone(),
         restoring: spec.restore.is_some(),
         backups,
+        backup_request: db.annotations().get(BACKUP_REQUESTED_AT).cloned(),
         keep_succeeded: keep(spec.backup.successful_jobs_history_limit),
         keep_failed: keep(spec.backup.failed_jobs_history_limit),
         deletion: spec.deletion.policy,
@@ -223,6 +224,7 @@ impl SampleDBReconciler {
                 .as_ref()
                 .or(db.metadata.creation_timestamp.as_ref())
                 .map_or(now, |t| t.0),
+            handled_request: status.backup.last_handled_request.clone(),
             snapshot_done: status
                 .final_snapshot
                 .as_ref()
@@ -293,6 +295,7 @@ impl SampleDBReconciler {
         let current = plan.current_version.as_deref().unwrap_or_default();
         match step {
             Step::CreateFirstJob => {
+                self.restore_source(context)?;
                 self.ensure_job(context, children::first_job(db, owner))
                     .await
             }
@@ -301,7 +304,11 @@ impl SampleDBReconciler {
                 self.ensure_job(context, desired).await
             }
             Step::StartBackup { tick, .. } => {
-                let desired = children::backup_job(db, owner, current, *tick);
+                let desired = children::backup_job(db, owner, current, *tick, None);
+                self.ensure_job(context, desired).await
+            }
+            Step::BackUpNow { at, request } => {
+                let desired = children::backup_job(db, owner, current, *at, Some(request));
                 self.ensure_job(context, desired).await
             }
             Step::CreateFinalSnapshotJob { version } => {
@@ -324,6 +331,26 @@ impl SampleDBReconciler {
                 self.delete_data(context, *stateful_set, jobs, *data_claim)
                     .await
             }
+        }
+    }
+
+    /// A clone's source must have a backups volume here: else its restore Job would wait for a
+    /// claim that never comes until its deadline.
+    fn restore_source(&self, context: &Context<'_>) -> Result<(), Error> {
+        let restore = context.object.spec.restore.as_ref();
+        let Some(source) = restore.and_then(|r| r.source.as_deref()) else {
+            return Ok(());
+        };
+        let claim = children::backups_claim(source);
+        match cached(&self.claims, &claim, &context.namespace) {
+            Some(_) => Ok(()),
+            None => Err(Error::Waiting {
+                reason: "RestoreSourceNotFound",
+                message: format!(
+                    "spec.restore.source: SampleDB {source} has no backups volume (PersistentVolumeClaim {claim}) in namespace {}",
+                    context.namespace
+                ),
+            }),
         }
     }
 

@@ -5,8 +5,8 @@
 //! another) has its Job deleted with the database stopped until that Job's Pods are gone; a
 //! database not initialized waits to be Ready, then runs its init (or restore) Job; a newer
 //! version waits for a running backup, stops the database, then runs the upgrade Job; an
-//! initialized database starts the backup of the latest due tick (never two at once), then trims
-//! finished backups beyond the history limits.
+//! initialized database starts the backup of the latest due tick, else an on-demand backup that
+//! was asked for (never two at once), then trims finished backups beyond the history limits.
 //!
 //! Deleting, by the policy: stop the database, run the final snapshot Job (a failed or hung one
 //! blocks with the way out in the message), then delete the StatefulSet, the snapshot Job and
@@ -36,6 +36,8 @@ pub struct Desired {
     /// Starts from a backup file (a restore Job instead of the init Job).
     pub restoring: bool,
     pub backups: Backups,
+    /// The on-demand backup asked for (the `backup-requested-at` annotation's value).
+    pub backup_request: Option<String>,
     pub keep_succeeded: usize,
     pub keep_failed: usize,
     pub deletion: DeletionPolicy,
@@ -66,6 +68,9 @@ pub struct Observed {
     /// The tick of the last backup started (`status.backup.lastScheduleTime`), else the
     /// creation time: ticks after it are due.
     pub backups_since: Timestamp,
+    /// The on-demand request the latest such backup was started for
+    /// (`status.backup.lastHandledRequest`).
+    pub handled_request: Option<String>,
     /// The final snapshot has completed (`status.finalSnapshot.completionTime`).
     pub snapshot_done: bool,
     pub database: Database,
@@ -127,6 +132,8 @@ pub enum Step {
     CreateUpgradeJob { from: String, to: String },
     /// Back up the tick `tick` (`skipped` earlier ticks get none).
     StartBackup { tick: Timestamp, skipped: u64 },
+    /// Back up now, for the on-demand `request`.
+    BackUpNow { at: Timestamp, request: String },
     /// Delete finished backup Jobs beyond the history limits.
     TrimBackups { jobs: Vec<String> },
     /// Scale the database to 0 before its final snapshot.
@@ -228,6 +235,9 @@ pub fn plan(name: &str, desired: &Desired, observed: &Observed) -> Plan {
 
     // 3. Backups of an initialized database, then the history.
     schedule_backup(name, desired, observed, &mut plan);
+    if plan.step.is_none() {
+        plan.step = requested_backup(desired, observed);
+    }
     if plan.step.is_none() {
         let jobs = beyond_history(
             &observed.backups,
@@ -400,6 +410,17 @@ fn schedule_backup(name: &str, desired: &Desired, observed: &Observed, plan: &mu
     }
 }
 
+/// An on-demand backup asked for and not started yet, once no other backup runs.
+fn requested_backup(desired: &Desired, observed: &Observed) -> Option<Step> {
+    let request = desired.backup_request.as_ref()?;
+    (observed.handled_request.as_ref() != Some(request) && !observed.backup_running()).then(|| {
+        Step::BackUpNow {
+            at: observed.now,
+            request: request.clone(),
+        }
+    })
+}
+
 /// The next step of a SampleDB being deleted.
 pub fn clean_up(name: &str, namespace: &str, desired: &Desired, observed: &Observed) -> Plan {
     let mut plan = Plan {
@@ -529,6 +550,7 @@ pub fn observed() -> Observed {
         current_version: None,
         upgrade: None,
         backups_since: Timestamp::UNIX_EPOCH,
+        handled_request: None,
         snapshot_done: false,
         database: Database::default(),
         first_job: None,
@@ -554,6 +576,7 @@ mod tests {
             version: "15".into(),
             restoring: false,
             backups: Backups::Off,
+            backup_request: None,
             keep_succeeded: 3,
             keep_failed: 1,
             deletion: DeletionPolicy::Snapshot,
@@ -959,6 +982,79 @@ mod tests {
         );
         let next = plan("db", &on, &not_due).next_backup;
         assert_eq!(next, Timestamp::from_second(120 * MINUTE).ok());
+    }
+
+    #[test]
+    fn an_on_demand_backup_starts_once_per_request_after_a_running_one_and_due_ticks() {
+        let asked = |request: &str| Desired {
+            backup_request: Some(request.into()),
+            ..desired()
+        };
+        let now = serving().now;
+        let back_up_now = |request: &str| {
+            Some(Step::BackUpNow {
+                at: now,
+                request: request.into(),
+            })
+        };
+        let mut handled = serving();
+        handled.handled_request = Some("t1".into());
+        let mut running = serving();
+        running.backups = vec![job("db-backup-x", JobState::Running)];
+        let mut tick_due = serving();
+        tick_due.backups_since = Timestamp::from_second(-120 * MINUTE).unwrap();
+        let mut not_initialized = observed();
+        not_initialized.database.ready = true;
+        let row = |case, desired, observed, step| Row {
+            case,
+            desired,
+            observed,
+            step,
+            says: "",
+            stage: Stage::Live,
+            database: Some(("15", 1)),
+            current: Some("15"),
+        };
+        check(
+            vec![
+                row("asked", asked("t1"), serving(), back_up_now("t1")),
+                row(
+                    "asked again",
+                    asked("t2"),
+                    handled.clone(),
+                    back_up_now("t2"),
+                ),
+                row("already handled", asked("t1"), handled, None),
+                row("not asked", desired(), serving(), None),
+                row("while a backup runs", asked("t1"), running, None),
+                row(
+                    "suspended schedule",
+                    Desired {
+                        backup_request: Some("t1".into()),
+                        backups: Backups::Off,
+                        ..desired()
+                    },
+                    serving(),
+                    back_up_now("t1"),
+                ),
+                row(
+                    "a tick is due first",
+                    Desired {
+                        backups: hourly(),
+                        ..asked("t1")
+                    },
+                    tick_due,
+                    Some(Step::StartBackup {
+                        tick: Timestamp::from_second(60 * MINUTE).unwrap(),
+                        skipped: 2,
+                    }),
+                ),
+            ],
+            |d, o| plan("db", d, o),
+        );
+        // Before the database is initialized, the init Job comes first.
+        let first = plan("db", &asked("t1"), &not_initialized);
+        assert_eq!(first.step, Some(Step::CreateFirstJob));
     }
 
     #[test]

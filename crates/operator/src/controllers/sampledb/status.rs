@@ -82,6 +82,11 @@ pub fn status(
                 .skipped_schedules
                 .saturating_add(i64::try_from(*skipped).unwrap_or(i64::MAX));
         }
+        if let Some(step @ Step::BackUpNow { request, .. }) = &plan.step
+            && taken(step)
+        {
+            status.backup.last_handled_request = Some(request.clone());
+        }
         status.backup.next_schedule_time = plan.next_backup.map(Time);
     }
     if let Some(job) = &observed.final_snapshot_job {
