@@ -1,7 +1,6 @@
 //! `backup` and `clone`: the objects they write and the backups they pick, from what the API
 //! server returned (pure).
 
-use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 /// EtcdBackup names are at most this long (their Jobs and claims add suffixes).
@@ -15,16 +14,18 @@ fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
         .unwrap_or_default()
 }
 
-/// A one-off EtcdBackup of `cluster` into a claim the operator creates, named after the cluster
-/// and the time (`<cluster>-20261128-061500`).
-pub fn etcd_backup(cluster: &str, now: Timestamp) -> Value {
-    let stamp = now.strftime("%Y%m%d-%H%M%S").to_string();
-    let room = ETCD_BACKUP_NAME_MAX.saturating_sub(stamp.len() + 1);
+/// The API server's random suffix of a generated name.
+const GENERATED_SUFFIX: usize = 5;
+
+/// A one-off EtcdBackup of `cluster` into a claim the operator creates, named by the API server
+/// after the cluster (`<cluster>-x7k2p`; its Jobs add the time).
+pub fn etcd_backup(cluster: &str) -> Value {
+    let room = ETCD_BACKUP_NAME_MAX - GENERATED_SUFFIX - 1;
     let prefix: String = cluster.chars().take(room).collect();
     json!({
         "apiVersion": "etcd.database.coreos.com/v1beta2",
         "kind": "EtcdBackup",
-        "metadata": { "name": format!("{}-{stamp}", prefix.trim_end_matches('-')) },
+        "metadata": { "generateName": format!("{}-", prefix.trim_end_matches('-')) },
         "spec": { "etcdCluster": { "name": cluster } },
     })
 }
@@ -141,22 +142,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_etcd_backup_is_named_after_its_cluster_and_time_within_47_characters() {
-        let now: Timestamp = "2026-11-28T06:15:00Z".parse().unwrap();
-        let backup = etcd_backup("example-etcd-cluster", now);
-        assert_eq!(
-            backup["metadata"]["name"],
-            "example-etcd-cluster-20261128-061500"
-        );
+    fn an_etcd_backup_is_named_after_its_cluster_within_47_characters() {
+        let backup = etcd_backup("example-etcd-cluster");
+        assert_eq!(backup["metadata"]["generateName"], "example-etcd-cluster-");
         assert_eq!(
             backup["spec"],
             json!({ "etcdCluster": { "name": "example-etcd-cluster" } })
         );
-        let long = "a".repeat(40) + "-b";
-        let name = etcd_backup(&long, now)["metadata"]["name"].clone();
-        let name = name.as_str().unwrap();
-        assert_eq!(name.len(), 47, "{name}");
-        assert!(name.starts_with(&"a".repeat(31)), "{name}");
+        let long = etcd_backup(&"a".repeat(52))["metadata"]["generateName"].clone();
+        assert_eq!(long, format!("{}-", "a".repeat(41)));
+        // Never a generated name ending in two dashes.
+        let dashed =
+            etcd_backup(&format!("{}-b", "a".repeat(40)))["metadata"]["generateName"].clone();
+        assert_eq!(dashed, format!("{}-", "a".repeat(40)));
     }
 
     #[test]

@@ -299,8 +299,7 @@ async fn backup_etcd(
         .get(cluster)
         .await?;
     let backups = object_api(client, namespace, kind_named("EtcdBackup")?);
-    let desired: DynamicObject =
-        serde_json::from_value(backups::etcd_backup(cluster, Timestamp::now()))?;
+    let desired: DynamicObject = serde_json::from_value(backups::etcd_backup(cluster))?;
     let made = backups.create(&PostParams::default(), &desired).await?;
     let name = made.metadata.name.unwrap_or_default();
     let Some(deadline) = deadline else {
