@@ -2,7 +2,8 @@
 //! `kubectl-app_operator` binary with the user's kubeconfig): `status` shows what the API server
 //! holds for an EtcdCluster (its status, a member Pod it controls, its events), `retry` sets the
 //! annotation the controllers honour, `report` bundles all of it without the Pod's literal env
-//! value, and mistakes end in one clear line and a failing exit.
+//! value, `backup` and `clone` refuse what they cannot do before writing, and mistakes end in one
+//! clear line and a failing exit.
 
 // Test code: a failed expectation is a failed test.
 #![allow(
@@ -34,7 +35,7 @@ fn plugin(args: &[&str]) -> (bool, String, String) {
 }
 
 #[tokio::test]
-async fn status_retry_and_report_show_and_touch_an_etcd_cluster_as_kubectl_would() {
+async fn status_retry_report_backup_and_clone_show_and_touch_an_etcd_cluster_as_kubectl_would() {
     testkit::kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", CRDS]);
     testkit::kubectl_ok(&[
         "wait",
@@ -177,6 +178,22 @@ async fn status_retry_and_report_show_and_touch_an_etcd_cluster_as_kubectl_would
     let (ok, _, stderr) = plugin(&["status", "sdb/missing", "-n", &ns.name]);
     assert!(!ok);
     assert!(stderr.contains("not found"), "{stderr}");
+    // backup and clone say what they cannot do before writing anything.
+    let (ok, _, stderr) = plugin(&["backup", "etcd/missing", "-n", &ns.name]);
+    assert!(!ok && stderr.contains("not found"), "{stderr}");
+    let (ok, _, stderr) = plugin(&["clone", "etcd/example", "copy", "-n", &ns.name]);
+    assert!(!ok, "a clone without a backup");
+    assert!(
+        stderr.contains("no EtcdBackup of example")
+            && stderr.contains("kubectl app-operator backup etcd/example --wait"),
+        "{stderr}"
+    );
+    assert!(clusters.get_opt("copy").await.unwrap().is_none());
+    let (ok, _, stderr) = plugin(&["backup", "etcd/example", "--timeout", "soon"]);
+    assert!(
+        !ok && stderr.contains("is not a duration like 90s or 10m"),
+        "{stderr}"
+    );
     assert_eq!(
         KINDS.len(),
         app_operator_api::crds().len(),

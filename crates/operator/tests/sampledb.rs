@@ -903,6 +903,128 @@ async fn a_database_restored_at_creation_runs_the_restore_job_instead_of_init() 
     );
 }
 
+/// Asks `db` for a backup now, as `kubectl app-operator backup` does.
+async fn request_backup(ns: &TestNamespace, at: &str) {
+    ns.api::<SampleDB>()
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                app_operator::api::BACKUP_REQUESTED_AT: at } } })),
+        )
+        .await
+        .unwrap();
+}
+
+async fn backup_request_handled(ns: &TestNamespace, at: &str) {
+    eventually(TIMEOUT, &format!("backup request {at} handled"), || async {
+        let status = status(ns, "db").await;
+        (status.backup.last_handled_request.as_deref() == Some(at)).then_some(())
+    })
+    .await;
+}
+
+/// On demand and cloned: a new `backup-requested-at` value starts one backup Job annotated with
+/// it (the same value again, none); a clone whose source has no backups volume yet is Degraded
+/// (RestoreSourceNotFound) and restores from the source's volume once it exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_demand_backup_runs_once_per_request_and_a_clone_restores_from_its_source() {
+    let ns = TestNamespace::new("sdb-on-demand").await;
+    let _operator = support::start(&ns, &[ControllerKind::Sampledb]).await;
+    create(
+        &ns,
+        "copy",
+        json!({ "version": "15.8",
+                "restore": { "backupFile": "db-backup-20261128-061500.dump", "source": "db" } }),
+    )
+    .await;
+    let message = wait_for_condition(
+        &ns,
+        "copy",
+        "Degraded",
+        "True",
+        Some("RestoreSourceNotFound"),
+    )
+    .await;
+    assert!(
+        message.contains("SampleDB db has no backups volume (PersistentVolumeClaim db-backups)"),
+        "{message}"
+    );
+    assert!(jobs(&ns, "copy", "restore").await.is_empty());
+
+    ready(&ns, "db", json!({ "version": "15.8" })).await;
+    request_backup(&ns, "2026-11-28T06:00:00Z").await;
+    backup_request_handled(&ns, "2026-11-28T06:00:00Z").await;
+    let annotated = |jobs: Vec<Job>, at: &str| {
+        jobs.iter()
+            .filter(|job| {
+                job.annotations()
+                    .get(app_operator::api::BACKUP_REQUESTED_AT)
+                    .map(String::as_str)
+                    == Some(at)
+            })
+            .count()
+    };
+    assert_eq!(
+        annotated(jobs(&ns, "db", "backup").await, "2026-11-28T06:00:00Z"),
+        1
+    );
+    wait_for_condition(&ns, "copy", "Ready", "True", None).await;
+    let restore = jobs(&ns, "copy", "restore").await;
+    let volumes = restore[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .volumes
+        .clone();
+    assert!(
+        volumes.iter().flatten().any(|v| v
+            .persistent_volume_claim
+            .as_ref()
+            .is_some_and(|c| c.claim_name == "db-backups")),
+        "the clone's restore Job reads db's backups: {volumes:?}"
+    );
+
+    // The same value again starts nothing, also once its backup has finished; a new one starts
+    // one more.
+    let all_backups = || async { jobs(&ns, "db", "backup").await.len() };
+    eventually(TIMEOUT, "the requested backup finished", || async {
+        let backups = jobs(&ns, "db", "backup").await;
+        backups.iter().all(|job| finished(job).is_some()).then_some(())
+    })
+    .await;
+    ns.api::<SampleDB>()
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": { "touched": "yes" } } })),
+        )
+        .await
+        .unwrap();
+    stays_for(
+        Duration::from_secs(3),
+        "no second backup for a handled request",
+        || async {
+            match all_backups().await {
+                1 => Ok(()),
+                n => Err(format!("{n} backup Jobs")),
+            }
+        },
+    )
+    .await;
+    request_backup(&ns, "2026-11-28T06:05:00Z").await;
+    backup_request_handled(&ns, "2026-11-28T06:05:00Z").await;
+    assert_eq!(
+        annotated(jobs(&ns, "db", "backup").await, "2026-11-28T06:05:00Z"),
+        1
+    );
+    assert_eq!(all_backups().await, 2);
+}
+
 /// A Secret of the generated credentials' name that someone else made is neither used nor
 /// changed: the SampleDB is Degraded (ChildConflict) and starts no server, until the Secret is
 /// gone; then its own credentials are made and it becomes Ready.
