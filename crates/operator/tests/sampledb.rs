@@ -994,7 +994,10 @@ async fn an_on_demand_backup_runs_once_per_request_and_a_clone_restores_from_its
     let all_backups = || async { jobs(&ns, "db", "backup").await.len() };
     eventually(TIMEOUT, "the requested backup finished", || async {
         let backups = jobs(&ns, "db", "backup").await;
-        backups.iter().all(|job| finished(job).is_some()).then_some(())
+        backups
+            .iter()
+            .all(|job| finished(job).is_some())
+            .then_some(())
     })
     .await;
     ns.api::<SampleDB>()
