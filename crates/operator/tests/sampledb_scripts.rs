@@ -531,6 +531,8 @@ fn init_waits_for_the_server() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // The script's time alone with no server (it must retry, not fail): nothing is watched; its
+    // output below says it waited.
     std::thread::sleep(Duration::from_secs(3));
     ok(db.start());
     let output = job.wait_with_output().unwrap();
