@@ -90,17 +90,18 @@ mod tests {
 
     #[test]
     fn every_kind_reads_its_defaulted_status_as_generation_0() {
-        let read = |kind: &str| defaulted_status(kind);
         let generations = [
-            serde_json::from_value::<MyAppStatus>(read("MyApp")).map(|s| s.observed_generation),
-            serde_json::from_value::<AppClusterStatus>(read("AppCluster"))
+            serde_json::from_value::<MyAppStatus>(defaulted_status("MyApp"))
                 .map(|s| s.observed_generation),
-            serde_json::from_value::<SampleStatus>(read("Sample")).map(|s| s.observed_generation),
-            serde_json::from_value::<EtcdClusterStatus>(read("EtcdCluster"))
+            serde_json::from_value::<AppClusterStatus>(defaulted_status("AppCluster"))
                 .map(|s| s.observed_generation),
-            serde_json::from_value::<EtcdBackupStatus>(read("EtcdBackup"))
+            serde_json::from_value::<SampleStatus>(defaulted_status("Sample"))
                 .map(|s| s.observed_generation),
-            serde_json::from_value::<SampleDBStatus>(read("SampleDB"))
+            serde_json::from_value::<EtcdClusterStatus>(defaulted_status("EtcdCluster"))
+                .map(|s| s.observed_generation),
+            serde_json::from_value::<EtcdBackupStatus>(defaulted_status("EtcdBackup"))
+                .map(|s| s.observed_generation),
+            serde_json::from_value::<SampleDBStatus>(defaulted_status("SampleDB"))
                 .map(|s| s.observed_generation),
         ];
         for generation in generations {

@@ -298,9 +298,11 @@ async fn backup_etcd(
     object_api(client, namespace, kind_named("EtcdCluster")?)
         .get(cluster)
         .await?;
-    let backups = object_api(client, namespace, kind_named("EtcdBackup")?);
+    let etcd_backups = object_api(client, namespace, kind_named("EtcdBackup")?);
     let desired: DynamicObject = serde_json::from_value(backups::etcd_backup(cluster))?;
-    let made = backups.create(&PostParams::default(), &desired).await?;
+    let made = etcd_backups
+        .create(&PostParams::default(), &desired)
+        .await?;
     let name = made.metadata.name.unwrap_or_default();
     let Some(deadline) = deadline else {
         return Ok(format!(
@@ -308,7 +310,7 @@ async fn backup_etcd(
         ));
     };
     wait_until(deadline, &format!("EtcdBackup {name} to succeed"), || async {
-        let backup = serde_json::to_value(backups.get(&name).await?)?;
+        let backup = serde_json::to_value(etcd_backups.get(&name).await?)?;
         match backups::etcd_backup_state(&backup) {
             EtcdBackupState::Running => Ok(None),
             EtcdBackupState::Succeeded { snapshot, claim } => Ok(Some(format!(
@@ -329,13 +331,7 @@ async fn backup_database(
     deadline: Option<tokio::time::Instant>,
 ) -> Result<String, PluginError> {
     let databases = object_api(client, namespace, kind_named("SampleDB")?);
-    let request = Timestamp::now().to_string();
-    let patch = serde_json::json!({
-        "metadata": { "annotations": { BACKUP_REQUESTED_AT: request } }
-    });
-    let db = databases
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    let (request, db) = request_now(&databases, name, BACKUP_REQUESTED_AT).await?;
     let Some(deadline) = deadline else {
         return Ok(format!(
             "SampleDB {name} in {namespace}: backup requested at {request}; `kubectl get jobs -n {namespace}` shows its Job once it starts (annotated {BACKUP_REQUESTED_AT}={request})\n"
@@ -534,17 +530,27 @@ async fn retry(
     kind: &Kind,
     name: &str,
 ) -> Result<String, PluginError> {
-    let now = Timestamp::now().to_string();
-    let patch = serde_json::json!({
-        "metadata": { "annotations": { app_operator_api::RECONCILE_REQUESTED_AT: now } }
-    });
-    object_api(client, namespace, kind)
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    let api = object_api(client, namespace, kind);
+    let (now, _) = request_now(&api, name, app_operator_api::RECONCILE_REQUESTED_AT).await?;
     Ok(format!(
         "{}/{name} in {namespace}: reconcile requested at {now}; follow it with `kubectl app-operator status {}/{name} -n {namespace}`\n",
         kind.kind, kind.plural
     ))
+}
+
+/// Sets `annotation` of `name` to the time now, as the controllers read a request (a reconcile,
+/// a backup): the value it wrote, and the object as patched.
+async fn request_now(
+    api: &Api<DynamicObject>,
+    name: &str,
+    annotation: &str,
+) -> Result<(String, DynamicObject), PluginError> {
+    let now = Timestamp::now().to_string();
+    let patch = serde_json::json!({ "metadata": { "annotations": { annotation: now } } });
+    let patched = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok((now, patched))
 }
 
 /// `kubectl app-operator report`: see [`Verb::Report`]. Returns what it wrote.
