@@ -136,6 +136,13 @@ const BINARIES: &[Binary] = &[
         module: "gitops-health",
         package: "github.com/app-operator/app-operator/hack/k8s-tools/gitops-health",
     },
+    // The real node's S3-compatible object store, for backups to a bucket (versitygw's POSIX
+    // gateway: it checks SigV4 signatures, keeps multipart uploads and user metadata).
+    Binary {
+        name: "versitygw",
+        module: "versitygw",
+        package: "github.com/versity/versitygw/cmd/versitygw",
+    },
     // For the monitoring tests: `promtool check rules` and `promtool test rules` on the alerts.
     Binary {
         name: "promtool",
