@@ -1,7 +1,8 @@
 //! `EtcdBackup` (`etcd.database.coreos.com/v1beta2`): snapshots of an `EtcdCluster`, once or
-//! periodically, written into a PersistentVolumeClaim. The coreos backup operator's field names
-//! where they fit (`backupPolicy`, `maxBackups`, status `succeeded`/`etcdRevision`/…); the
-//! destination is a claim in the cluster's namespace instead of a cloud store.
+//! periodically, written into a PersistentVolumeClaim in the cluster's namespace or uploaded to
+//! an S3-compatible bucket (which outlives the namespace). The coreos backup operator's field
+//! names where they fit (`storageType`, `s3{path, awsSecret, endpoint, forcePathStyle}`,
+//! `backupPolicy`, `maxBackups`, status `succeeded`/`etcdRevision`/…).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, KubeSchema};
@@ -18,6 +19,16 @@ const NAME_RULE: &str =
 const ONE_PERIOD_RULE: &str =
     "!has(self.schedule) || !has(self.backupIntervalInSecond) || self.backupIntervalInSecond == 0";
 
+/// CEL on the spec: `s3` says where exactly when the storage type is S3.
+const S3_DESTINATION_RULE: &str = "(self.storageType == 'S3') == has(self.s3)";
+
+/// `<bucket>/<key>`: an S3 bucket name (3–63 lowercase letters, digits, dots and dashes), then a
+/// key without spaces.
+pub const S3_PATH_PATTERN: &str = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]+$";
+
+/// An `http` or `https` URL of a host (and port), as an S3-compatible store is reached.
+pub const S3_ENDPOINT_PATTERN: &str = r"^https?://[^\s/]+/?$";
+
 /// A file name in the claim, without directories.
 pub const FILE_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9._-]*$";
 
@@ -31,7 +42,7 @@ pub const FILE_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9._-]*$";
     status = "EtcdBackupStatus",
     shortname = "etcdbackup",
     category = "app-operator",
-    doc = "EtcdBackup takes snapshots of an EtcdCluster into a PersistentVolumeClaim: once, every `backupIntervalInSecond`, or on a cron `schedule`, keeping the newest `maxBackups`. An EtcdCluster created with `spec.restore` starts from one of them.",
+    doc = "EtcdBackup takes snapshots of an EtcdCluster into a PersistentVolumeClaim or an S3-compatible bucket: once, every `backupIntervalInSecond`, or on a cron `schedule`, keeping the newest `maxBackups`. An EtcdCluster created with `spec.restore` starts from one of them.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.etcdCluster.name"),
     printcolumn(
         name = "Ready",
@@ -65,17 +76,23 @@ pub const FILE_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9._-]*$";
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(S3_DESTINATION_RULE).message("spec.s3 is set exactly when spec.storageType is S3"))]
 pub struct EtcdBackupSpec {
     /// EtcdCluster is the cluster to back up, in this namespace.
     pub etcd_cluster: EtcdClusterRef,
 
-    /// StorageType is where snapshots are kept: `PersistentVolume` (a claim in this namespace).
+    /// StorageType is where snapshots are kept: `PersistentVolume` (a claim in this namespace)
+    /// or `S3` (an S3-compatible bucket, see `s3`).
     #[serde(default)]
     pub storage_type: BackupStorageType,
 
     /// PV is the claim snapshots are written to.
     #[serde(default)]
     pub pv: PersistentVolumeDestination,
+
+    /// S3 is the bucket snapshots are uploaded to, when `storageType` is `S3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Source>,
 
     /// BackupPolicy repeats the backup, bounds each attempt and limits how many snapshots are
     /// kept. Without it, one snapshot is taken.
@@ -99,6 +116,36 @@ pub enum BackupStorageType {
     /// A PersistentVolumeClaim in the backup's namespace.
     #[default]
     PersistentVolume,
+    /// An object in an S3-compatible bucket.
+    S3,
+}
+
+/// S3Source is an object in an S3-compatible bucket and how to reach it (the coreos operator's
+/// fields). The operator never reads the credentials: the Pods that upload and download mount
+/// the Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Source {
+    /// Path is `<bucket>/<key>`. A backup taken once is the object `<key>`; periodic backups
+    /// are `<key>_<yyyymmdd-hhmmss>`, the newest `maxBackups` kept.
+    #[schemars(length(min = 5, max = 1024), regex(pattern = S3_PATH_PATTERN))]
+    pub path: String,
+
+    /// AWSSecret is a Secret in this namespace with the AWS shared files `credentials` (the
+    /// `default` profile's `aws_access_key_id` and `aws_secret_access_key`) and, optionally,
+    /// `config` (its `region`).
+    #[schemars(length(min = 1, max = 253))]
+    pub aws_secret: String,
+
+    /// Endpoint of an S3-compatible store, e.g. `https://minio.storage:9000`; AWS S3 when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 8, max = 512), regex(pattern = S3_ENDPOINT_PATTERN))]
+    pub endpoint: Option<String>,
+
+    /// ForcePathStyle addresses the bucket in the path (`<endpoint>/<bucket>/<key>`) instead of
+    /// the host name, as most S3-compatible stores need.
+    #[serde(default)]
+    pub force_path_style: bool,
 }
 
 /// PersistentVolumeDestination is the claim snapshots go to.
@@ -183,11 +230,11 @@ fn default_max_backups() -> i32 {
     5
 }
 
-/// One snapshot kept in the claim.
+/// One snapshot kept in the claim or the bucket.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotRecord {
-    /// File is the snapshot's file name in the claim.
+    /// File is the snapshot's file name in the claim, or its `<bucket>/<key>` in the bucket.
     pub file: String,
     /// Time the backup finished.
     pub time: Time,
@@ -224,10 +271,10 @@ pub struct EtcdBackupStatus {
     /// LastFailureDate is when the latest failed backup failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure_date: Option<Time>,
-    /// ClaimName is the claim the snapshots are in.
+    /// ClaimName is the claim the snapshots are in (none when they are in a bucket).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_name: Option<String>,
-    /// Snapshots kept in the claim, newest first.
+    /// Snapshots kept in the claim or the bucket, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<SnapshotRecord>,
     /// LastScheduleTime is the tick the latest backup Job was started for.

@@ -12,7 +12,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{Condition, conditions_schema};
-use crate::etcdbackup::FILE_PATTERN;
+use crate::etcdbackup::{FILE_PATTERN, S3Source};
 
 /// The image repository of the etcd project's own releases.
 pub const DEFAULT_REPOSITORY: &str = "gcr.io/etcd-development/etcd";
@@ -58,7 +58,7 @@ const RESERVED_LABELS_RULE: &str = "!('app' in self) && self.all(k, !k.startsWit
     status = "EtcdClusterStatus",
     shortname = "etcd",
     category = "app-operator",
-    doc = "EtcdCluster is an etcd cluster of `size` members, one Pod each: members are added one at a time before they start, dead members are replaced while a quorum holds, and a new `version` is rolled out member by member. With `restore` set at creation, the cluster starts from an EtcdBackup's snapshot.",
+    doc = "EtcdCluster is an etcd cluster of `size` members, one Pod each: members are added one at a time before they start, dead members are replaced while a quorum holds, and a new `version` is rolled out member by member. With `restore` set at creation, the cluster starts from an EtcdBackup's snapshot or an object in a bucket.",
     printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size"),
     printcolumn(
         name = "Ready Members",
@@ -124,7 +124,8 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodPolicy>,
 
-    /// Restore seeds a new cluster from an EtcdBackup's snapshot: the first member starts from
+    /// Restore seeds a new cluster from an EtcdBackup's snapshot or an object in a bucket: the
+    /// first member starts from
     /// the snapshot, with this cluster's own membership, and the others join it. Set at
     /// creation only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -209,32 +210,54 @@ impl EtcdClusterSpec {
     }
 }
 
-/// RestoreSource names the snapshot a new cluster starts from.
+/// CEL on `restore`: one source.
+const ONE_RESTORE_SOURCE_RULE: &str = "has(self.backupName) != has(self.s3)";
+
+/// CEL on `restore`: `snapshot` picks among an EtcdBackup's snapshots.
+const SNAPSHOT_OF_BACKUP_RULE: &str = "!has(self.snapshot) || has(self.backupName)";
+
+/// RestoreSource names the snapshot a new cluster starts from: one of an EtcdBackup's, or an
+/// object in a bucket (which needs no EtcdBackup, so a cluster can be restored in a namespace
+/// that never held one).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new(ONE_RESTORE_SOURCE_RULE).message("spec.restore: set exactly one of backupName and s3"),
+    validation = Rule::new(SNAPSHOT_OF_BACKUP_RULE).message("spec.restore.snapshot picks one of an EtcdBackup's snapshots: set it only with backupName"),
+)]
 pub struct RestoreSource {
     /// BackupName is an EtcdBackup in this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
-    pub backup_name: String,
-    /// Snapshot is one of its kept snapshots (a file in `status.snapshots`); the newest when
-    /// unset.
+    pub backup_name: Option<String>,
+    /// Snapshot is one of its kept snapshots (a file in `status.snapshots`, or the last part of
+    /// an object's key); the newest when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253), regex(pattern = FILE_PATTERN))]
     pub snapshot: Option<String>,
+    /// S3 is an object in a bucket, uploaded by an EtcdBackup with `storageType: S3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Source>,
 }
 
 /// RestoreStatus reports the snapshot a restored cluster started from.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreStatus {
-    /// BackupName is the EtcdBackup.
-    pub backup_name: String,
-    /// ClaimName is the claim the snapshot is in.
-    pub claim_name: String,
-    /// Snapshot is the file.
+    /// BackupName is the EtcdBackup, when the restore named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_name: Option<String>,
+    /// ClaimName is the claim the snapshot is in, when it is in a claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_name: Option<String>,
+    /// S3 is the object the snapshot is, when it is in a bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Source>,
+    /// Snapshot is the file, or the object's `<bucket>/<key>`.
     pub snapshot: String,
-    /// EtcdRevision of the snapshot (at least).
-    pub etcd_revision: i64,
+    /// EtcdRevision of the snapshot (at least), when its EtcdBackup recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_revision: Option<i64>,
 }
 
 fn default_version() -> String {
