@@ -5,6 +5,7 @@ pub mod controllers;
 pub mod etcd;
 pub mod manager;
 pub mod reconcile;
+pub mod s3;
 pub mod telemetry;
 
 pub use app_operator_api as api;

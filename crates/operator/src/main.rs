@@ -9,6 +9,7 @@ use app_operator::etcd::address::Addressing;
 use app_operator::etcd::{EtcdClient, MemberDns, MemberResolver};
 use app_operator::manager::leader::LeaderElection;
 use app_operator::manager::{self, ControllerKind, Options, Timeouts};
+use app_operator::s3;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
@@ -28,8 +29,55 @@ enum Command {
     Run(Box<RunArgs>),
     /// Print every CustomResourceDefinition as YAML.
     Crds,
+    /// Upload a backup to, or download one from, an S3-compatible bucket (what backup Jobs and
+    /// restoring Pods run, on the operator's own image).
+    #[command(subcommand)]
+    ObjectStore(ObjectStoreCommand),
     /// Print the version.
     Version,
+}
+
+#[derive(Subcommand)]
+enum ObjectStoreCommand {
+    /// Upload FILE to PATH (multipart, with its SHA-256); with --keep, then delete all but the
+    /// newest KEEP objects whose keys start with --series.
+    Put {
+        #[command(flatten)]
+        bucket: BucketArgs,
+        #[arg(long)]
+        file: PathBuf,
+        /// Key prefix of the series this upload belongs to (`<key>_` of periodic backups).
+        #[arg(long, requires = "keep")]
+        series: Option<String>,
+        /// How many objects of the series to keep.
+        #[arg(long, requires = "series", value_parser = clap::value_parser!(u16).range(1..))]
+        keep: Option<u16>,
+    },
+    /// Download PATH to FILE (through FILE.part), refusing bytes that do not match the SHA-256
+    /// they were uploaded with.
+    Get {
+        #[command(flatten)]
+        bucket: BucketArgs,
+        #[arg(long)]
+        file: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct BucketArgs {
+    /// `<bucket>/<key>`.
+    #[arg(long)]
+    path: String,
+    /// The directory the user's Secret is mounted at: the AWS shared files `credentials` and
+    /// (optionally) `config`.
+    #[arg(long)]
+    credentials_dir: PathBuf,
+    /// An S3-compatible store's URL (AWS S3 when unset).
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Address the bucket in the path, not the host name.
+    #[arg(long)]
+    force_path_style: bool,
 }
 
 #[derive(clap::Args)]
@@ -116,6 +164,11 @@ struct RunArgs {
     /// Log level or tracing filter (`info`, `debug`, `app_operator=debug,kube=info`).
     #[arg(long, env = "APP_OPERATOR_LOG_LEVEL", default_value = "info", value_parser = log_filter)]
     log_level: String,
+    /// The image backup Jobs and restoring Pods run `app-operator object-store` from: this
+    /// binary's own. In a Pod the operator reads it from its Pod when unset; outside one (`make
+    /// run`) backups to a bucket wait until it is given.
+    #[arg(long, env = "APP_OPERATOR_HELPER_IMAGE")]
+    helper_image: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -182,6 +235,7 @@ fn main() -> ExitCode {
             println!("app-operator {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Command::ObjectStore(command) => object_store(command),
         Command::Run(args) => {
             init_logging(args.log_format, &args.log_level);
             let runtime = match tokio::runtime::Runtime::new() {
@@ -193,6 +247,48 @@ fn main() -> ExitCode {
                 Err(message) => fail(&message),
             }
         }
+    }
+}
+
+/// Runs in a container: one line on success, one on failure (which the operator quotes in the
+/// backup's status).
+fn object_store(command: ObjectStoreCommand) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&format!("cannot start the async runtime: {error}")),
+    };
+    let target = |bucket: &BucketArgs| -> Result<s3::Target, s3::S3Error> {
+        Ok(s3::Target {
+            location: s3::Location::parse(&bucket.path)?,
+            endpoint: bucket.endpoint.clone(),
+            force_path_style: bucket.force_path_style,
+            credentials: s3::Credentials::read(&bucket.credentials_dir)?,
+        })
+    };
+    let done = runtime.block_on(async {
+        match &command {
+            ObjectStoreCommand::Put {
+                bucket,
+                file,
+                series,
+                keep,
+            } => {
+                let retain = series.as_deref().zip(keep.map(usize::from));
+                s3::put(&target(bucket)?, file, retain).await
+            }
+            ObjectStoreCommand::Get { bucket, file } => s3::get(&target(bucket)?, file).await,
+        }
+    });
+    match done {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        // The container's last log line: its termination message (`FallbackToLogsOnError`).
+        Err(error) => fail(&error.to_string()),
     }
 }
 
@@ -260,6 +356,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
         }),
         etcd_addressing: args.etcd_member_addressing,
         etcd_client: EtcdClient::gateway(etcd_dns),
+        helper_image: args.helper_image,
         timeouts: Timeouts {
             request: args.request_timeout,
             watch: args.watch_timeout,

@@ -217,7 +217,7 @@ async fn a_snapshot_of_three_members_restores_into_a_new_cluster_of_its_own() {
     let restore = restored.status.unwrap().restore.unwrap();
     assert_eq!(
         (restore.snapshot.as_str(), restore.etcd_revision),
-        (snapshot.file.as_str(), written_revision)
+        (snapshot.file.as_str(), Some(written_revision))
     );
     let events = events(&s.ns).await;
     assert!(events.contains("Normal RestoringFromBackup"), "{events}");

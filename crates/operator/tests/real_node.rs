@@ -1044,6 +1044,347 @@ async fn an_etcd_cluster_restored_from_an_etcdbackup_holds_every_acknowledged_wr
         .assert_kept("etcd backed up and restored into a new cluster");
 }
 
+/// The real node's S3-compatible store (`.local/cluster/node/object-store.json`, written by
+/// `cluster-up --node real`): its endpoint and keys.
+struct Bucket {
+    endpoint: String,
+    access_key: String,
+    secret_key: String,
+}
+
+impl Bucket {
+    fn of_the_node() -> Bucket {
+        let file = testkit::kubeconfig()
+            .parent()
+            .unwrap()
+            .join("node/object-store.json");
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (the real node starts the object store)",
+                file.display()
+            )
+        });
+        let store: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let field = |name: &str| store[name].as_str().unwrap().to_owned();
+        Bucket {
+            endpoint: field("endpoint"),
+            access_key: field("accessKeyId"),
+            secret_key: field("secretAccessKey"),
+        }
+    }
+
+    /// The Secret a user makes: the AWS shared files, with `secret_key` as the secret.
+    fn secret(&self, ns: &TestNamespace, name: &str, secret_key: &str) {
+        apply(
+            ns,
+            &json!({
+                "apiVersion": "v1", "kind": "Secret", "metadata": { "name": name },
+                "stringData": {
+                    "credentials": format!(
+                        "[default]\naws_access_key_id = {}\naws_secret_access_key = {secret_key}\n",
+                        self.access_key
+                    ),
+                    "config": "[default]\nregion = us-east-1\n",
+                }
+            }),
+        );
+    }
+
+    /// `s3` of an EtcdBackup or a restore: the object `backups/<key>` through Secret `secret`.
+    fn source(&self, key: &str, secret: &str) -> serde_json::Value {
+        json!({
+            "path": format!("backups/{key}"), "awsSecret": secret,
+            "endpoint": self.endpoint, "forcePathStyle": true
+        })
+    }
+
+    /// A SigV4-signed request with curl, as a user checks a bucket; `query` already escaped.
+    fn signed(&self, args: &[&str], path_and_query: &str) -> Vec<u8> {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "--fail-with-body",
+                "--aws-sigv4",
+                "aws:amz:us-east-1:s3",
+            ])
+            .args([
+                "--user",
+                &format!("{}:{}", self.access_key, self.secret_key),
+            ])
+            .args(args)
+            .arg(format!("{}/backups{path_and_query}", self.endpoint))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "curl {args:?} {path_and_query}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// The keys under `prefix`, sorted.
+    fn objects(&self, prefix: &str) -> Vec<String> {
+        let escaped = prefix.replace('/', "%2F");
+        let listing = self.signed(&[], &format!("?list-type=2&prefix={escaped}"));
+        let listing = String::from_utf8(listing).unwrap();
+        let mut keys: Vec<String> = listing
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|rest| Some(rest.split_once("</Key>")?.0.to_owned()))
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// Copies object `from` to `to` with one byte flipped, keeping the SHA-256 it was uploaded
+    /// with: a snapshot damaged at rest.
+    fn damaged_copy(&self, from: &str, to: &str) {
+        let headers = std::env::temp_dir().join(format!("{}.headers", to.replace('/', "-")));
+        let mut bytes = self.signed(&["-D", headers.to_str().unwrap()], &format!("/{from}"));
+        let headers = std::fs::read_to_string(&headers).unwrap();
+        let checksum = headers
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("x-amz-meta-sha256:")
+                    .map(|v| v.trim().to_owned())
+            })
+            .unwrap_or_else(|| panic!("object {from} has no x-amz-meta-sha256: {headers}"));
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0xff;
+        let file = std::env::temp_dir().join(format!("{}.db", to.replace('/', "-")));
+        std::fs::write(&file, &bytes).unwrap();
+        self.signed(
+            &[
+                "-T",
+                file.to_str().unwrap(),
+                "-H",
+                &format!("x-amz-meta-sha256: {checksum}"),
+            ],
+            &format!("/{to}"),
+        );
+        let _ = std::fs::remove_file(&file);
+    }
+}
+
+/// EtcdBackup `name` as `kubectl get -o json` shows it.
+fn etcd_backup(ns: &TestNamespace, name: &str) -> serde_json::Value {
+    let out = kubectl(&["get", "etcdbackup", name, "-n", &ns.name, "-o", "json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_cluster_restored_from_a_bucket_after_its_namespace_was_deleted_holds_every_write()
+{
+    use testkit::history::Store;
+    let bucket = Bucket::of_the_node();
+    let source_ns = TestNamespace::new("real-etcd-bucket").await;
+    bucket.secret(&source_ns, "bucket-keys", &bucket.secret_key);
+    let (store, writers) = etcd_with_writers(
+        &source_ns,
+        "source",
+        json!({ "size": 3, "version": "3.6.16" }),
+        "kept/",
+    )
+    .await;
+    eventually(TIMEOUT, "some keys written", || async {
+        (store.read_all("kept/").await.ok()?.len() >= 1000).then_some(())
+    })
+    .await;
+    let history = writers.stop().await;
+    let key = format!("{}/etcd.db", source_ns.name);
+    apply(
+        &source_ns,
+        &json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+            "metadata": { "name": "offsite" },
+            "spec": {
+                "etcdCluster": { "name": "source" }, "storageType": "S3",
+                "s3": bucket.source(&key, "bucket-keys")
+            }
+        }),
+    );
+    let file = eventually(
+        Duration::from_secs(300),
+        "the snapshot uploaded",
+        || async {
+            let status = &etcd_backup(&source_ns, "offsite")["status"];
+            (status["succeeded"] == true).then(|| status["snapshots"][0]["file"].clone())
+        },
+    )
+    .await;
+    assert_eq!(
+        file,
+        format!("backups/{key}"),
+        "the status names the object"
+    );
+    assert_eq!(
+        bucket.objects(&key),
+        std::slice::from_ref(&key),
+        "the bucket holds it"
+    );
+
+    // The namespace, its cluster, its Secret and its EtcdBackup are gone; the object is not.
+    let gone = source_ns.name.clone();
+    drop(source_ns);
+    kubectl_ok(&[
+        "wait",
+        "--for=delete",
+        &format!("namespace/{gone}"),
+        "--timeout=180s",
+    ]);
+    let ns = TestNamespace::new("real-etcd-bucket-restored").await;
+    bucket.secret(&ns, "bucket-keys", &bucket.secret_key);
+    apply(
+        &ns,
+        &json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": { "name": "restored" },
+            "spec": { "size": 3, "version": "3.6.16",
+                      "restore": { "s3": bucket.source(&key, "bucket-keys") } }
+        }),
+    );
+    etcd_settled(&ns, "restored", 3).await;
+    let address = service_address(&ns, "restored-client").await;
+    let restored = testkit::etcd_store::EtcdStore::new(format!("http://{address}:2379"));
+    let read = eventually(TIMEOUT, "every key read back", || async {
+        restored.read_all("kept/").await.ok()
+    })
+    .await;
+    history
+        .check(&read)
+        .assert_kept("etcd backed up to a bucket, its namespace deleted, restored in another");
+
+    // An object damaged at rest is refused before etcd reads it.
+    let damaged = format!("{}/damaged.db", ns.name);
+    bucket.damaged_copy(&key, &damaged);
+    apply(
+        &ns,
+        &json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": { "name": "damaged" },
+            "spec": { "size": 1, "version": "3.6.16",
+                      "restore": { "s3": bucket.source(&damaged, "bucket-keys") } }
+        }),
+    );
+    let said = eventually(
+        TIMEOUT,
+        "the damaged restore Degraded/RestoreFailed",
+        || async {
+            let cluster = etcd_cluster(&ns, "damaged");
+            let degraded = condition(&cluster["status"], "Degraded");
+            (degraded["reason"] == "RestoreFailed").then_some(())?;
+            let pods = ns
+                .api::<Pod>()
+                .list(&ListParams::default().labels("etcd_cluster=damaged"))
+                .await
+                .ok()?;
+            pods.items.iter().find_map(|pod| {
+                pod.status
+                    .as_ref()?
+                    .init_container_statuses
+                    .as_ref()?
+                    .iter()
+                    .filter(|c| c.name == "fetch")
+                    .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+            })
+        },
+    )
+    .await;
+    println!("the damaged object's fetch said: {}", said.trim());
+    assert!(said.contains("is damaged"), "the fetch said: {said}");
+
+    // Credentials the bucket refuses: the backup fails saying so, etcd keeps serving.
+    bucket.secret(&ns, "periodic-keys", "not-the-secret");
+    let series = format!("{}/periodic.db", ns.name);
+    apply(
+        &ns,
+        &json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+            "metadata": { "name": "periodic" },
+            "spec": {
+                "etcdCluster": { "name": "restored" }, "storageType": "S3",
+                "s3": bucket.source(&series, "periodic-keys"),
+                "backupPolicy": { "backupIntervalInSecond": 15, "maxBackups": 2 }
+            }
+        }),
+    );
+    let reason = eventually(TIMEOUT, "the refused backup's reason", || async {
+        let status = etcd_backup(&ns, "periodic")["status"].clone();
+        let degraded = condition(&status, "Degraded");
+        (degraded["reason"] == "BackupFailed")
+            .then(|| status["reason"].as_str().map(str::to_owned))?
+    })
+    .await;
+    println!("refused: {reason}");
+    assert!(
+        reason.contains("refused the Secret's credentials: 403 Forbidden"),
+        "{reason}"
+    );
+    assert!(
+        !reason.contains("not-the-secret"),
+        "no secret in the status: {reason}"
+    );
+    let warnings = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.name,
+        "--field-selector=type=Warning,reason=BackupFailed",
+        "-o",
+        "name",
+    ]);
+    assert!(!warnings.trim().is_empty(), "a BackupFailed Warning");
+    assert_eq!(
+        restored.read_all("kept/").await.unwrap(),
+        read,
+        "etcd still serves"
+    );
+
+    // Fixed: backups resume, and the bucket keeps exactly the newest two, as the status lists.
+    bucket.secret(&ns, "periodic-keys", &bucket.secret_key);
+    let listed = eventually(
+        Duration::from_secs(240),
+        "three uploads, two kept",
+        || async {
+            let status = etcd_backup(&ns, "periodic")["status"].clone();
+            let succeeded = kubectl_ok(&[
+                "get",
+                "events",
+                "-n",
+                &ns.name,
+                "--field-selector=reason=BackupSucceeded,involvedObject.name=periodic",
+                "-o",
+                "jsonpath={range .items[*]}{.count}{\"\\n\"}{end}",
+            ]);
+            let uploads: u64 = succeeded
+                .lines()
+                .filter_map(|c| c.trim().parse::<u64>().ok())
+                .sum();
+            let mut files: Vec<String> = status["snapshots"]
+                .as_array()?
+                .iter()
+                .filter_map(|s| {
+                    Some(
+                        s["file"]
+                            .as_str()?
+                            .trim_start_matches("backups/")
+                            .to_owned(),
+                    )
+                })
+                .collect();
+            files.sort();
+            (uploads >= 3 && status["succeeded"] == true && bucket.objects(&series) == files)
+                .then_some(files)
+        },
+    )
+    .await;
+    println!("the bucket keeps {listed:?}");
+    assert_eq!(listed.len(), 2, "maxBackups: {listed:?}");
+}
+
 /// One CA and the certificates a user makes for TLS EtcdClusters `clusters` in a namespace, in
 /// the coreos operator's Secrets: `etcd-peer`, `etcd-server` and `etcd-operator`.
 struct EtcdCertificates {

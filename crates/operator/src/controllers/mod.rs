@@ -3,6 +3,7 @@
 //! [`registry!`] and one in [`has_status!`].
 
 pub mod appcluster;
+pub mod bucket;
 pub mod etcdbackup;
 pub mod etcdcluster;
 pub mod myapp;

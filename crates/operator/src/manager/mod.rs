@@ -47,6 +47,9 @@ pub struct Options {
     pub etcd_addressing: Addressing,
     /// The client both talk to etcd with.
     pub etcd_client: EtcdClient,
+    /// The image backup Jobs and restoring Pods run `app-operator object-store` from; this
+    /// Pod's own when unset and the operator runs in one.
+    pub helper_image: Option<String>,
     pub timeouts: Timeouts,
 }
 
@@ -164,6 +167,7 @@ pub fn start_controllers(
         etcd: EtcdSettings {
             addressing: options.etcd_addressing,
             client: options.etcd_client.0.clone(),
+            helper_image: options.helper_image.clone(),
         },
     };
     for kind in &options.controllers {
@@ -186,6 +190,10 @@ pub async fn run(
     let metrics = Arc::new(Metrics::default());
     let client = api_client(config, options.timeouts.request, &metrics)
         .map_err(|source| Error::Client { source })?;
+    let mut options = options;
+    if options.helper_image.is_none() {
+        options.helper_image = startup::own_image(&client).await;
+    }
     let mut servers = JoinSet::new();
     if let Some(address) = options.health_address {
         let listener = server::bind(address, "health probes").await?;

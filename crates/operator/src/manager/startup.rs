@@ -64,6 +64,29 @@ pub async fn run_until_signalled(config: Config, options: Options) -> Result<(),
     }
 }
 
+/// The image of this Pod's first container (the manager's), when the operator runs in a Pod
+/// (`POD_NAME`): what backup Jobs run `app-operator object-store` from. Outside a Pod, or when
+/// the Pod cannot be read, none (and backups to a bucket say how to give one).
+pub async fn own_image(client: &kube::Client) -> Option<String> {
+    let name = std::env::var("POD_NAME").ok().filter(|n| !n.is_empty())?;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), &own_namespace());
+    match pods.get(&name).await {
+        Ok(pod) => {
+            let image = pod.spec?.containers.into_iter().next()?.image;
+            tracing::info!(
+                image = image.as_deref().unwrap_or(""),
+                "helper image from this Pod"
+            );
+            image
+        }
+        Err(error) => {
+            tracing::warn!(%error, pod = %name, "cannot read this Pod for its image; backups to a bucket wait for --helper-image");
+            None
+        }
+    }
+}
+
 /// The namespace this Pod runs in (from its service account), else `default`.
 pub fn own_namespace() -> String {
     std::env::var("POD_NAMESPACE")

@@ -107,6 +107,7 @@ async fn start_on(
         leader_election: None,
         etcd_addressing: Addressing::Loopback,
         etcd_client: etcd,
+        helper_image: None,
         timeouts: Timeouts::default(),
     };
     let readiness = Readiness::default();

@@ -1,21 +1,25 @@
-//! What an EtcdBackup is made of: the claim snapshots go to (unless the user names one) and one
-//! Job per backup. The etcd image has no shell, so each step is one of its own binaries in a
-//! container of its own: `etcdctl snapshot save` (which writes `<file>.part` and renames it only
-//! once the snapshot is complete), then `etcdutl snapshot status` to read the file back.
+//! What an EtcdBackup is made of: the claim snapshots go to (unless the user names one or they go
+//! to a bucket) and one Job per backup. The etcd image has no shell, so each step is one of its
+//! own binaries in a container of its own: `etcdctl snapshot save` (which writes `<file>.part`
+//! and renames it only once the snapshot is complete), then `etcdutl snapshot status` to read the
+//! file back; for a bucket, in an emptyDir, then `app-operator object-store put` uploads it.
 
 use std::collections::BTreeMap;
 
 use app_operator_api::EtcdBackup;
+use app_operator_api::etcdbackup::S3Source;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
-    PodSpec, PodTemplateSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    Container, EmptyDirVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::controllers::bucket::{Transfer, transfer_container};
 use crate::controllers::etcdcluster::secret_volume;
 use crate::controllers::restricted::{NON_ROOT, pod_security_context, restrict};
 use crate::etcd::tls::{CLIENT_CA, CLIENT_CERT, CLIENT_KEY};
@@ -40,6 +44,8 @@ pub const SIZE_ANNOTATION: &str = "etcd.database.coreos.com/db-size";
 
 const SNAPSHOTS_VOLUME: &str = "snapshots";
 const SNAPSHOTS_MOUNT: &str = "/backups";
+/// The snapshot's file in the Job's emptyDir, before it is uploaded to a bucket.
+const UPLOADED_FILE: &str = "snapshot.db";
 /// Where the operator's client certificate is mounted (the coreos operator's path).
 const CLIENT_TLS_DIR: &str = "/etc/etcdtls/operator/etcd-tls";
 
@@ -97,12 +103,36 @@ pub fn snapshot_file(backup: &str, slot: usize) -> String {
     format!("{backup}-{slot}.db")
 }
 
+/// Where one backup's snapshot goes.
+pub enum Destination<'a> {
+    /// The file `file` in the claim.
+    Claim { file: &'a str },
+    /// The object `object` (`<bucket>/<key>`) in the bucket of `s3`; for a periodic series, the
+    /// key prefix it shares and how many of it to keep.
+    Bucket {
+        s3: &'a S3Source,
+        object: &'a str,
+        series: Option<(&'a str, i32)>,
+        helper_image: &'a str,
+    },
+}
+
+impl Destination<'_> {
+    /// What the status lists: the claim's file name, or the object's `<bucket>/<key>`.
+    pub fn file(&self) -> &str {
+        match self {
+            Destination::Claim { file } => file,
+            Destination::Bucket { object, .. } => object,
+        }
+    }
+}
+
 /// What one backup Job takes, from where.
 pub struct SnapshotJob<'a> {
     pub tick: Timestamp,
     /// Ticks passed over before this one (the operator was down, or a backup was running).
     pub skipped: u64,
-    pub file: &'a str,
+    pub destination: Destination<'a>,
     /// The client URL of the healthy member the snapshot is taken from.
     pub endpoint: &'a str,
     /// The etcd image of that member's version (its `etcdctl` speaks its protocol).
@@ -118,7 +148,11 @@ pub struct SnapshotJob<'a> {
 
 pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &SnapshotJob<'_>) -> Job {
     let name = backup.name_any();
-    let path = format!("{SNAPSHOTS_MOUNT}/{}", spec.file);
+    let local_file = match spec.destination {
+        Destination::Claim { file } => file,
+        Destination::Bucket { .. } => UPLOADED_FILE,
+    };
+    let path = format!("{SNAPSHOTS_MOUNT}/{local_file}");
     let snapshots = VolumeMount {
         name: SNAPSHOTS_VOLUME.into(),
         mount_path: SNAPSHOTS_MOUNT.into(),
@@ -131,13 +165,20 @@ pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &SnapshotJo
         volume_mounts: Some(mounts),
         ..Container::default()
     };
-    let mut volumes = vec![Volume {
-        name: SNAPSHOTS_VOLUME.into(),
-        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-            claim_name: claim_name(backup),
-            read_only: None,
-        }),
-        ..Volume::default()
+    let mut volumes = vec![match spec.destination {
+        Destination::Claim { .. } => Volume {
+            name: SNAPSHOTS_VOLUME.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim_name(backup),
+                read_only: None,
+            }),
+            ..Volume::default()
+        },
+        Destination::Bucket { .. } => Volume {
+            name: SNAPSHOTS_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
     }];
     let mut save_mounts = vec![snapshots.clone()];
     let mut save_command = vec![
@@ -163,13 +204,39 @@ pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &SnapshotJo
             "/usr/local/bin/etcdutl".into(),
             "snapshot".into(),
             "status".into(),
-            path,
+            path.clone(),
             "--write-out=table".into(),
         ],
-        vec![snapshots],
+        vec![snapshots.clone()],
     );
+    let mut init_containers = vec![save];
+    let mut containers = vec![verify];
+    if let Destination::Bucket {
+        s3,
+        object,
+        series,
+        helper_image,
+    } = &spec.destination
+    {
+        // Read back before it leaves: an upload of a snapshot that does not open is a failure.
+        init_containers.append(&mut containers);
+        let (upload, credentials) = transfer_container(
+            "upload",
+            helper_image,
+            s3,
+            object,
+            &Transfer::Put { series: *series },
+            &path,
+            snapshots,
+        );
+        containers.push(upload);
+        volumes.push(credentials);
+    }
     let annotations = BTreeMap::from([
-        (FILE_ANNOTATION.to_owned(), spec.file.to_owned()),
+        (
+            FILE_ANNOTATION.to_owned(),
+            spec.destination.file().to_owned(),
+        ),
         (TICK_ANNOTATION.to_owned(), spec.tick.to_string()),
         (SKIPPED_ANNOTATION.to_owned(), spec.skipped.to_string()),
         (REVISION_ANNOTATION.to_owned(), spec.revision.to_string()),
@@ -203,8 +270,8 @@ pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &SnapshotJo
                 spec: Some(restrict(
                     PodSpec {
                         restart_policy: Some("Never".into()),
-                        init_containers: Some(vec![save]),
-                        containers: vec![verify],
+                        init_containers: Some(init_containers),
+                        containers,
                         volumes: Some(volumes),
                         ..PodSpec::default()
                     },
@@ -243,7 +310,9 @@ mod tests {
             &SnapshotJob {
                 tick,
                 skipped: 0,
-                file: "nightly-0.db",
+                destination: Destination::Claim {
+                    file: "nightly-0.db",
+                },
                 endpoint: "http://10.0.0.1:2379",
                 image: "etcd:v3.6.16".into(),
                 revision: 42,
@@ -278,6 +347,58 @@ mod tests {
     }
 
     #[test]
+    fn a_bucket_backup_saves_and_reads_the_snapshot_in_an_emptydir_then_uploads_it() {
+        let backup = backup(serde_json::json!({ "etcdCluster": { "name": "etcd" } }));
+        let s3 = S3Source {
+            path: "backups/ns/etcd.db".into(),
+            aws_secret: "keys".into(),
+            endpoint: None,
+            force_path_style: false,
+        };
+        let job = backup_job(
+            &backup,
+            &OwnerReference::default(),
+            &SnapshotJob {
+                tick: "2026-11-23T10:30:00Z".parse().unwrap(),
+                skipped: 0,
+                destination: Destination::Bucket {
+                    s3: &s3,
+                    object: "backups/ns/etcd.db",
+                    series: None,
+                    helper_image: "app-operator:v1",
+                },
+                endpoint: "http://10.0.0.1:2379",
+                image: "etcd:v3.6.16".into(),
+                revision: 42,
+                etcd_version: "3.6.16",
+                db_size: 20480,
+                timeout_seconds: 60,
+                client_tls_secret: None,
+            },
+        );
+        assert_eq!(job.annotations()[FILE_ANNOTATION], "backups/ns/etcd.db");
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        assert_eq!(
+            crate::controllers::restricted::restricted_violations(&pod),
+            Vec::<String>::new()
+        );
+        let order: Vec<&str> = pod
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&pod.containers)
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(order, ["snapshot", "verify", "upload"]);
+        let volumes = pod.volumes.unwrap();
+        assert!(volumes[0].empty_dir.is_some(), "no claim: {volumes:?}");
+        assert_eq!(
+            pod.containers[0].args.as_ref().unwrap()[3],
+            "--file=/backups/snapshot.db"
+        );
+    }
+
+    #[test]
     fn a_tls_clusters_snapshot_is_taken_with_the_operators_client_certificate() {
         let backup = backup(serde_json::json!({ "etcdCluster": { "name": "etcd" } }));
         let job = backup_job(
@@ -286,7 +407,9 @@ mod tests {
             &SnapshotJob {
                 tick: "2026-11-23T10:30:00Z".parse().unwrap(),
                 skipped: 0,
-                file: "nightly-0.db",
+                destination: Destination::Claim {
+                    file: "nightly-0.db",
+                },
                 endpoint: "https://etcd-abcde12345.etcd.ns.svc:2379",
                 image: "etcd:v3.6.16".into(),
                 revision: 42,

@@ -16,11 +16,11 @@ mod status;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use app_operator_api::etcdbackup::{EtcdBackupStatus, SnapshotRecord};
+use app_operator_api::etcdbackup::{BackupStorageType, EtcdBackupStatus, S3Source, SnapshotRecord};
 use app_operator_api::etcdcluster::EtcdClusterPhase;
 use app_operator_api::{EtcdBackup, EtcdCluster};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -30,13 +30,13 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 
 use self::children::{
-    CLUSTER_LABEL, FILE_ANNOTATION, INSTANCE_LABEL, REVISION_ANNOTATION, SIZE_ANNOTATION,
-    SKIPPED_ANNOTATION, TICK_ANNOTATION, VERSION_ANNOTATION,
+    CLUSTER_LABEL, Destination, FILE_ANNOTATION, INSTANCE_LABEL, REVISION_ANNOTATION,
+    SIZE_ANNOTATION, SKIPPED_ANNOTATION, TICK_ANNOTATION, VERSION_ANNOTATION,
 };
 use self::plan::{BackupJob, Desired, Observed, Repeat, Step};
 use self::status::Taken;
-use super::Wiring;
 use super::etcdcluster::client_for;
+use super::{Wiring, bucket};
 use crate::etcd::address::Addressing;
 use crate::etcd::version::Version;
 use crate::etcd::{EtcdApi, Status, image, members_with_status, quorum};
@@ -64,13 +64,15 @@ const JOB_HISTORY: usize = 3;
 
 pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let settings = wiring.settings;
-    let (addressing, etcd) = (wiring.etcd.addressing, wiring.etcd.client);
+    let (addressing, etcd) = (wiring.etcd.addressing, wiring.etcd.client.clone());
     let mut runner = Runner::<EtcdBackup>::new(NAME, &settings).children(children::INSTANCE_LABEL);
     let reconciler = EtcdBackupReconciler {
         jobs: runner.owns(),
+        pods: runner.owns(),
         claims: runner.owns(),
         addressing,
         etcd,
+        helper_image: wiring.etcd.helper_image,
         metrics: settings.metrics.clone(),
     };
     runner.run(reconciler, shutdown).await;
@@ -78,9 +80,13 @@ pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Syn
 
 struct EtcdBackupReconciler {
     jobs: Store<Job>,
+    /// The Jobs' Pods: a failed Job is explained by what its container said last.
+    pods: Store<Pod>,
     claims: Store<PersistentVolumeClaim>,
     addressing: Addressing,
     etcd: Arc<dyn EtcdApi>,
+    /// The operator's image, which uploads snapshots to buckets.
+    helper_image: Option<String>,
     metrics: Arc<Metrics>,
 }
 
@@ -117,10 +123,17 @@ impl Reconciler for EtcdBackupReconciler {
         let (backup, namespace, uid) = (context.object, &context.namespace, &context.uid);
         let now = Timestamp::now();
         let desired = desired(backup);
+        let pods: Vec<Arc<Pod>> = self
+            .pods
+            .state()
+            .into_iter()
+            .filter(|pod| pod.namespace().as_deref() == Some(namespace.as_str()))
+            .filter(|pod| pod.labels().get(INSTANCE_LABEL) == Some(&context.name))
+            .collect();
         let observed = Observed {
             jobs: controlled(&self.jobs, namespace, uid)
                 .iter()
-                .map(|job| backup_job(job))
+                .map(|job| backup_job(job, &pods))
                 .collect(),
             last_tick: backup
                 .status
@@ -304,13 +317,41 @@ impl EtcdBackupReconciler {
                     context.namespace
                 ),
             })?;
-        self.destination(context).await?;
+        let helper_image = match backup.spec.storage_type {
+            BackupStorageType::PersistentVolume => {
+                self.destination(context).await?;
+                None
+            }
+            BackupStorageType::S3 => Some(self.bucket(context, s3(backup)?).await?),
+        };
         let source = self
             .source(&context.shared.client, &cluster, &context.namespace)
             .await?;
         let kept = backup.status.as_ref().map(|s| s.snapshots.as_slice());
         let slot = next_slot(kept.unwrap_or_default(), policy(backup).max_backups);
         let file = children::snapshot_file(&context.name, slot);
+        let periodic = matches!(desired(backup).repeat, Repeat::Every(_));
+        let stamp = tick.strftime("%Y%m%d-%H%M%S").to_string();
+        let (object, series) = match &backup.spec.s3 {
+            Some(s3) if periodic => (
+                bucket::series_object(&s3.path, Some(&stamp)),
+                Some(bucket::series_prefix(&s3.path)),
+            ),
+            Some(s3) => (s3.path.clone(), None),
+            None => (String::new(), None),
+        };
+        let destination = match (&backup.spec.s3, &helper_image) {
+            (Some(s3), Some(helper_image)) => Destination::Bucket {
+                s3,
+                object: &object,
+                series: series
+                    .as_deref()
+                    .map(|prefix| (prefix, policy(backup).max_backups)),
+                helper_image,
+            },
+            _ => Destination::Claim { file: &file },
+        };
+        let file = destination.file().to_owned();
         let version = Version::parse(&source.version)
             .or_else(|| Version::parse(&cluster.spec.version))
             .ok_or_else(|| Error::InvalidSpec {
@@ -323,7 +364,7 @@ impl EtcdBackupReconciler {
             &children::SnapshotJob {
                 tick,
                 skipped,
-                file: &file,
+                destination,
                 endpoint: &source.endpoint,
                 image: image(&cluster.spec.repository, &version),
                 revision: source.revision,
@@ -435,6 +476,24 @@ impl EtcdBackupReconciler {
             .ok_or_else(|| no_quorum(format!("EtcdCluster {name} has no healthy member")))
     }
 
+    /// What an upload to a bucket needs, checked before its Job starts: the image that uploads
+    /// (returned), and the Secret it mounts (by its metadata only: the operator never reads
+    /// credentials).
+    async fn bucket(&self, context: &Context<'_>, s3: &S3Source) -> Result<String, Error> {
+        let helper_image = self.helper_image.clone().ok_or_else(|| Error::Waiting {
+            reason: "HelperImageUnknown",
+            message: "backups to a bucket run the operator's own image, which this operator does not know: it runs outside a Pod; start it with --helper-image (APP_OPERATOR_HELPER_IMAGE) naming its image".into(),
+        })?;
+        bucket::credentials_exist(
+            &context.shared.client,
+            &context.namespace,
+            &s3.aws_secret,
+            "spec.s3.awsSecret",
+        )
+        .await?;
+        Ok(helper_image)
+    }
+
     /// Makes sure the claim snapshots go to is there: the one the spec names must exist, ours
     /// is created when missing.
     async fn destination(&self, context: &Context<'_>) -> Result<(), Error> {
@@ -471,6 +530,14 @@ impl EtcdBackupReconciler {
         }
         create_child(&claims, &children::snapshots_claim(backup)).await
     }
+}
+
+/// The spec's bucket; the schema requires it with `storageType: S3`.
+fn s3(backup: &EtcdBackup) -> Result<&S3Source, Error> {
+    backup.spec.s3.as_ref().ok_or(Error::InvalidSpec {
+        field: "spec.s3",
+        message: "storageType S3 needs spec.s3".into(),
+    })
 }
 
 fn policy(backup: &EtcdBackup) -> app_operator_api::etcdbackup::BackupPolicy {
@@ -516,9 +583,9 @@ fn desired(backup: &EtcdBackup) -> Desired {
 
 /// A backup Job as the plan and the status read it: what the operator knew when it started it
 /// is in its annotations (the Job's containers cannot report back: the image has no shell).
-fn backup_job(job: &Job) -> BackupJob {
+fn backup_job(job: &Job, pods: &[Arc<Pod>]) -> BackupJob {
     let annotation = |key: &str| job.annotations().get(key).cloned().unwrap_or_default();
-    let seen = SeenJob::of(job);
+    let seen = SeenJob::of(job).explained_by(pods.iter().map(AsRef::as_ref));
     BackupJob {
         tick: annotation(TICK_ANNOTATION).parse().ok(),
         skipped: annotation(SKIPPED_ANNOTATION).parse().unwrap_or(0),

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
+use crate::controllers::bucket::{Transfer, transfer_container};
 use crate::controllers::restricted::{NON_ROOT, pod_security_context, restrict};
 use crate::etcd::address::{Addressing, CLIENT_PORT, PEER_PORT, scheme};
 use crate::etcd::version::Version;
@@ -29,6 +30,8 @@ pub const DATA_DIR: &str = "/var/etcd/data";
 /// On a restored cluster's first member: the snapshot it starts from, as [`RestoreStatus`] JSON.
 pub const RESTORED_FROM_ANNOTATION: &str = "etcd.database.coreos.com/restored-from";
 const SNAPSHOT_VOLUME: &str = "snapshot";
+/// A snapshot downloaded from a bucket, in the restoring member's emptyDir.
+const DOWNLOADED_SNAPSHOT: &str = "snapshot.db";
 const SNAPSHOT_MOUNT: &str = "/var/etcd-restore";
 /// Where the members' certificates are mounted (the coreos operator's paths).
 const PEER_TLS_VOLUME: &str = "member-peer-tls";
@@ -87,6 +90,8 @@ pub struct MemberPod<'a> {
     pub addressing: Addressing,
     /// The snapshot the first member of a restored cluster starts from.
     pub restore: Option<&'a RestoreStatus>,
+    /// The operator's image, which downloads a snapshot from a bucket.
+    pub helper_image: Option<&'a str>,
 }
 
 /// A member's Pod: its name is its hostname (`hostname` + `subdomain` give it a stable DNS name
@@ -218,21 +223,56 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
             RESTORED_FROM_ANNOTATION.to_owned(),
             serde_json::to_string(restore).unwrap_or_default(),
         );
-        volumes.push(Volume {
+        let snapshot_mount = VolumeMount {
             name: SNAPSHOT_VOLUME.into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: restore.claim_name.clone(),
-                read_only: Some(true),
-            }),
-            ..Volume::default()
-        });
+            mount_path: SNAPSHOT_MOUNT.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        };
+        let snapshot = match (&restore.s3, member.helper_image) {
+            // Downloaded (and checked) into an emptyDir first.
+            (Some(s3), Some(helper_image)) => {
+                let file = format!("{SNAPSHOT_MOUNT}/{DOWNLOADED_SNAPSHOT}");
+                let (fetch, credentials) = transfer_container(
+                    "fetch",
+                    helper_image,
+                    s3,
+                    &s3.path,
+                    &Transfer::Get,
+                    &file,
+                    VolumeMount {
+                        read_only: None,
+                        ..snapshot_mount.clone()
+                    },
+                );
+                init_containers.push(fetch);
+                volumes.push(credentials);
+                volumes.push(Volume {
+                    name: SNAPSHOT_VOLUME.into(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Volume::default()
+                });
+                file
+            }
+            _ => {
+                volumes.push(Volume {
+                    name: SNAPSHOT_VOLUME.into(),
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: restore.claim_name.clone().unwrap_or_default(),
+                        read_only: Some(true),
+                    }),
+                    ..Volume::default()
+                });
+                format!("{SNAPSHOT_MOUNT}/{}", restore.snapshot)
+            }
+        };
         // A new data dir from the snapshot, with this cluster's membership (`etcdutl` gives it
         // a new cluster ID, so no member of the old cluster is in it).
         let restore_command = [
             "/usr/local/bin/etcdutl".to_owned(),
             "snapshot".to_owned(),
             "restore".to_owned(),
-            format!("{SNAPSHOT_MOUNT}/{}", restore.snapshot),
+            snapshot,
         ]
         .into_iter()
         .chain(membership.iter().cloned())
@@ -241,15 +281,7 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
             name: "restore".into(),
             image: Some(image.clone()),
             command: Some(restore_command),
-            volume_mounts: Some(vec![
-                data_mount.clone(),
-                VolumeMount {
-                    name: SNAPSHOT_VOLUME.into(),
-                    mount_path: SNAPSHOT_MOUNT.into(),
-                    read_only: Some(true),
-                    ..VolumeMount::default()
-                },
-            ]),
+            volume_mounts: Some(vec![data_mount.clone(), snapshot_mount]),
             ..Container::default()
         });
     }
@@ -472,6 +504,7 @@ mod tests {
             state: ClusterState::Existing,
             addressing: Addressing::ClusterDns,
             restore: None,
+            helper_image: None,
         };
         let pod = member_pod(&cluster, &owner, &member);
         let spec = pod.spec.unwrap();
@@ -555,6 +588,7 @@ mod tests {
             state: ClusterState::New,
             addressing: Addressing::ClusterDns,
             restore: None,
+            helper_image: None,
         };
         let spec = member_pod(&cluster, &owner, &member).spec.unwrap();
         let container = &spec.containers[0];
@@ -640,13 +674,63 @@ mod tests {
     }
 
     #[test]
+    fn a_member_restored_from_a_bucket_downloads_the_object_before_etcdutl_reads_it() {
+        let version = Version::parse("3.6.16").unwrap();
+        let object = RestoreStatus {
+            backup_name: None,
+            claim_name: None,
+            s3: Some(app_operator_api::etcdbackup::S3Source {
+                path: "backups/ns/etcd.db".into(),
+                aws_secret: "keys".into(),
+                endpoint: Some("http://10.0.0.1:7070".into()),
+                force_path_style: true,
+            }),
+            snapshot: "backups/ns/etcd.db".into(),
+            etcd_revision: None,
+        };
+        let member = MemberPod {
+            name: "db-abcde12345",
+            version: &version,
+            initial_cluster: "db-abcde12345=http://b:2380",
+            state: ClusterState::New,
+            addressing: Addressing::ClusterDns,
+            restore: Some(&object),
+            helper_image: Some("app-operator:v1"),
+        };
+        let (cluster, owner) = cluster(serde_json::json!({ "size": 1 }));
+        let spec = member_pod(&cluster, &owner, &member).spec.unwrap();
+        assert_eq!(
+            crate::controllers::restricted::restricted_violations(&spec),
+            Vec::<String>::new()
+        );
+        let init = spec.init_containers.unwrap();
+        let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["fetch", "restore"]);
+        assert!(
+            init[0]
+                .args
+                .as_ref()
+                .unwrap()
+                .contains(&"--file=/var/etcd-restore/snapshot.db".to_owned())
+        );
+        assert_eq!(
+            init[1].command.as_ref().unwrap()[3],
+            "/var/etcd-restore/snapshot.db"
+        );
+        let volumes = spec.volumes.unwrap();
+        let snapshot = volumes.iter().find(|v| v.name == "snapshot").unwrap();
+        assert!(snapshot.empty_dir.is_some(), "{snapshot:?}");
+    }
+
+    #[test]
     fn members_are_restricted_unless_the_pod_policy_sets_a_security_context() {
         let version = Version::parse("3.6.16").unwrap();
         let snapshot = RestoreStatus {
-            backup_name: "nightly".into(),
-            claim_name: "backups".into(),
+            backup_name: Some("nightly".into()),
+            claim_name: Some("backups".into()),
+            s3: None,
             snapshot: "nightly-0.db".into(),
-            etcd_revision: 1,
+            etcd_revision: Some(1),
         };
         let member = MemberPod {
             name: "db-abcde12345",
@@ -655,6 +739,7 @@ mod tests {
             state: ClusterState::New,
             addressing: Addressing::ClusterDns,
             restore: Some(&snapshot),
+            helper_image: None,
         };
         let (default, owner) = cluster(serde_json::json!({ "size": 1 }));
         let spec = member_pod(&default, &owner, &member).spec.unwrap();

@@ -16,6 +16,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
+use app_operator_api::etcdbackup::{BackupStorageType, S3Source};
 use app_operator_api::etcdcluster::{
     EtcdClusterPhase, EtcdClusterStatus, RestoreSource, RestoreStatus,
 };
@@ -34,8 +35,8 @@ use serde_json::json;
 pub use self::children::CLUSTER_LABEL;
 use self::children::{ClusterState, MemberPod as MemberPodSpec, pod_version};
 use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
-use super::Wiring;
 use super::appcluster::pods::is_ready;
+use super::{Wiring, bucket};
 use crate::etcd::address::Addressing;
 use crate::etcd::version::Version;
 use crate::etcd::{self as etcd_api, ClientTls, EtcdApi, EtcdError, tls};
@@ -59,6 +60,8 @@ const HEALTH_POLL: Duration = Duration::from_secs(15);
 pub struct EtcdSettings {
     pub addressing: Addressing,
     pub client: Arc<dyn EtcdApi>,
+    /// The operator's own image, for the Pods that move snapshots to and from buckets.
+    pub helper_image: Option<String>,
 }
 
 pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
@@ -353,7 +356,9 @@ impl EtcdClusterReconciler {
             Step::Bootstrap { pod } => {
                 let peer = self.peer_url(context, pod);
                 let restore = match &context.object.spec.restore {
-                    Some(source) => Some(restore_source(context, source).await?),
+                    Some(source) => Some(
+                        restore_source(context, source, self.etcd.helper_image.is_some()).await?,
+                    ),
                     None => None,
                 };
                 self.create_member_pod(
@@ -369,8 +374,8 @@ impl EtcdClusterReconciler {
                     Some(restore) => (
                         "RestoringFromBackup",
                         format!(
-                            "created the first member {pod}, starting from snapshot {} of EtcdBackup {} (revision {})",
-                            restore.snapshot, restore.backup_name, restore.etcd_revision
+                            "created the first member {pod}, starting from {}",
+                            restored(&restore)
                         ),
                     ),
                     None => ("MemberCreated", format!("created the first member {pod}")),
@@ -564,6 +569,7 @@ impl EtcdClusterReconciler {
             state,
             addressing: self.etcd.addressing,
             restore,
+            helper_image: self.etcd.helper_image.as_deref(),
         };
         let member = children::member_pod(context.object, &context.owner, &spec);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
@@ -652,15 +658,62 @@ impl EtcdClusterReconciler {
     }
 }
 
-/// The snapshot `source` names, from its EtcdBackup's status: waits while the backup is missing
-/// or has no such snapshot yet.
+/// How a restore's source reads in events: `snapshot F of EtcdBackup B (revision R)`, or
+/// `object P`.
+fn restored(restore: &RestoreStatus) -> String {
+    let mut said = match (&restore.backup_name, &restore.s3) {
+        (Some(backup), Some(_)) => format!("object {} of EtcdBackup {backup}", restore.snapshot),
+        (Some(backup), None) => format!("snapshot {} of EtcdBackup {backup}", restore.snapshot),
+        (None, _) => format!("object {}", restore.snapshot),
+    };
+    if let Some(revision) = restore.etcd_revision {
+        said.push_str(&format!(" (revision {revision})"));
+    }
+    said
+}
+
+/// The snapshot `source` names: an object in a bucket (whose Secret must exist), or one from
+/// its EtcdBackup's status (waits while the backup is missing or has no such snapshot yet). A
+/// snapshot in a bucket is downloaded by the operator's own image, so `helper_image` must be
+/// known.
 async fn restore_source(
     context: &Target<'_, EtcdCluster>,
     source: &RestoreSource,
+    helper_image: bool,
 ) -> Result<RestoreStatus, Error> {
-    let backups: Api<EtcdBackup> =
-        Api::namespaced(context.shared.client.clone(), &context.namespace);
-    let name = &source.backup_name;
+    let (client, namespace) = (&context.shared.client, &context.namespace);
+    let bucket_needs = |s3: &S3Source| {
+        let secret = s3.aws_secret.clone();
+        async move {
+            if !helper_image {
+                return Err(Error::Waiting {
+                    reason: "HelperImageUnknown",
+                    message: "a restore from a bucket runs the operator's own image, which this operator does not know: it runs outside a Pod; start it with --helper-image (APP_OPERATOR_HELPER_IMAGE) naming its image".into(),
+                });
+            }
+            bucket::credentials_exist(client, namespace, &secret, "spec.restore.s3.awsSecret").await
+        }
+    };
+    let name = match (&source.backup_name, &source.s3) {
+        (_, Some(s3)) => {
+            bucket_needs(s3).await?;
+            return Ok(RestoreStatus {
+                backup_name: None,
+                claim_name: None,
+                s3: Some(s3.clone()),
+                snapshot: s3.path.clone(),
+                etcd_revision: None,
+            });
+        }
+        (Some(name), None) => name,
+        (None, None) => {
+            return Err(Error::InvalidSpec {
+                field: "spec.restore",
+                message: "set backupName or s3".into(),
+            });
+        }
+    };
+    let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), namespace);
     let backup = backups.get_opt(name).await.map_err(|source| Error::Get {
         kind: "EtcdBackup".into(),
         name: name.clone(),
@@ -670,24 +723,44 @@ async fn restore_source(
         return Err(Error::Waiting {
             reason: "RestoreSourceNotFound",
             message: format!(
-                "spec.restore.backupName: EtcdBackup {name} does not exist in namespace {}; the cluster starts once it has a snapshot",
-                context.namespace
+                "spec.restore.backupName: EtcdBackup {name} does not exist in namespace {namespace}; the cluster starts once it has a snapshot"
             ),
         });
     };
     let status = backup.status.unwrap_or_default();
     let kept: Vec<&str> = status.snapshots.iter().map(|s| s.file.as_str()).collect();
+    // In a bucket a snapshot is `<bucket>/<key>`; `snapshot` may name its last part.
     let snapshot = match &source.snapshot {
-        Some(file) => status.snapshots.iter().find(|s| &s.file == file),
+        Some(file) => status
+            .snapshots
+            .iter()
+            .find(|s| &s.file == file || s.file.rsplit('/').next() == Some(file.as_str())),
         None => status.snapshots.first(),
     };
-    match (snapshot, status.claim_name) {
-        (Some(snapshot), Some(claim_name)) => Ok(RestoreStatus {
-            backup_name: name.clone(),
-            claim_name,
-            snapshot: snapshot.file.clone(),
-            etcd_revision: snapshot.etcd_revision,
-        }),
+    let location = match (&backup.spec.s3, status.claim_name) {
+        (Some(s3), _) if backup.spec.storage_type == BackupStorageType::S3 => {
+            Some((None, Some(s3)))
+        }
+        (_, Some(claim)) => Some((Some(claim), None)),
+        _ => None,
+    };
+    match (snapshot, location) {
+        (Some(snapshot), Some((claim_name, s3))) => {
+            let s3 = s3.map(|s3| S3Source {
+                path: snapshot.file.clone(),
+                ..s3.clone()
+            });
+            if let Some(s3) = &s3 {
+                bucket_needs(s3).await?;
+            }
+            Ok(RestoreStatus {
+                backup_name: Some(name.clone()),
+                claim_name,
+                s3,
+                snapshot: snapshot.file.clone(),
+                etcd_revision: Some(snapshot.etcd_revision),
+            })
+        }
         _ => Err(Error::Waiting {
             reason: "RestoreSourceNotReady",
             message: match &source.snapshot {

@@ -181,15 +181,14 @@ pub fn status(
             status: true,
             reason: "RestoreFailed",
             message: format!(
-                "the first member failed before the cluster served, restoring {}: see its Pod's message. A restore is not retried with the same snapshot; delete the EtcdCluster and create it again (with another snapshot, or after fixing the claim)",
-                cluster
-                    .spec
-                    .restore
-                    .as_ref()
-                    .map_or_else(String::new, |r| format!(
-                        "from EtcdBackup {}",
-                        r.backup_name
-                    ))
+                "the first member failed before the cluster served, restoring {}: see its Pod's message. A restore is not retried with the same snapshot; delete the EtcdCluster and create it again (with another snapshot, or after fixing the claim or the bucket)",
+                cluster.spec.restore.as_ref().map_or_else(String::new, |r| {
+                    match (&r.backup_name, &r.s3) {
+                        (Some(backup), _) => format!("from EtcdBackup {backup}"),
+                        (None, Some(s3)) => format!("from object {}", s3.path),
+                        (None, None) => String::new(),
+                    }
+                })
             ),
         },
         (None, Some(Blocked::UnsupportedUpgrade)) => conditions::Desired {

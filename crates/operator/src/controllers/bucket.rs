@@ -1,0 +1,165 @@
+//! The container that moves a snapshot between a Pod's volume and an S3-compatible bucket:
+//! `app-operator object-store put|get` on the operator's own image, with the user's Secret
+//! mounted (the operator itself never reads the credentials). Backup Jobs upload with it, a
+//! restoring member downloads with it.
+
+use app_operator_api::etcdbackup::S3Source;
+use k8s_openapi::api::core::v1::{Container, Secret, Volume, VolumeMount};
+use kube::Api;
+
+use crate::controllers::etcdcluster::secret_volume;
+use crate::reconcile::Error;
+
+/// Where the Secret's `credentials` and `config` files are mounted.
+const CREDENTIALS_DIR: &str = "/etc/app-operator/s3";
+const CREDENTIALS_VOLUME: &str = "s3-credentials";
+
+/// Which way the snapshot goes.
+pub enum Transfer<'a> {
+    /// Upload the file; then keep the newest `keep` objects whose keys start with `series`.
+    Put { series: Option<(&'a str, i32)> },
+    /// Download to the file (checked against the upload's SHA-256).
+    Get,
+}
+
+/// The container (named `name`) and the Secret's volume it needs. `object` is the
+/// `<bucket>/<key>` moved; `file` the path in the Pod, in `mount`.
+pub fn transfer_container(
+    name: &str,
+    helper_image: &str,
+    s3: &S3Source,
+    object: &str,
+    transfer: &Transfer<'_>,
+    file: &str,
+    mount: VolumeMount,
+) -> (Container, Volume) {
+    let (volume, credentials) = secret_volume(&s3.aws_secret, CREDENTIALS_VOLUME, CREDENTIALS_DIR);
+    let verb = match transfer {
+        Transfer::Put { .. } => "put",
+        Transfer::Get => "get",
+    };
+    let mut args = vec![
+        "object-store".to_owned(),
+        verb.to_owned(),
+        format!("--path={object}"),
+        format!("--file={file}"),
+        format!("--credentials-dir={CREDENTIALS_DIR}"),
+    ];
+    if let Some(endpoint) = &s3.endpoint {
+        args.push(format!("--endpoint={endpoint}"));
+    }
+    if s3.force_path_style {
+        args.push("--force-path-style".to_owned());
+    }
+    if let Transfer::Put {
+        series: Some((series, keep)),
+    } = transfer
+    {
+        args.push(format!("--series={series}"));
+        args.push(format!("--keep={keep}"));
+    }
+    let container = Container {
+        name: name.to_owned(),
+        image: Some(helper_image.to_owned()),
+        args: Some(args),
+        volume_mounts: Some(vec![mount, credentials]),
+        // Its last line (the store's refusal, a damaged object) is what the status quotes.
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Container::default()
+    };
+    (container, volume)
+}
+
+/// The key of a snapshot: `<key>` for a single backup, `<key>_<yyyymmdd-hhmmss>` for each of a
+/// periodic series (so the names sort by time and the series shares the prefix `<key>_`).
+pub fn series_object(path: &str, stamp: Option<&str>) -> String {
+    match stamp {
+        Some(stamp) => format!("{path}_{stamp}"),
+        None => path.to_owned(),
+    }
+}
+
+/// The key prefix a periodic series shares: `<key>_` of `<bucket>/<key>`.
+pub fn series_prefix(path: &str) -> String {
+    let key = path.split_once('/').map_or(path, |(_, key)| key);
+    format!("{key}_")
+}
+
+/// The Secret `field` names exists, read by its metadata only (the operator never reads the
+/// credentials): without it the Pod would wait for its volume, saying so only in events.
+pub async fn credentials_exist(
+    client: &kube::Client,
+    namespace: &str,
+    secret: &str,
+    field: &str,
+) -> Result<(), Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let found = secrets
+        .get_metadata_opt(secret)
+        .await
+        .map_err(|source| Error::Get {
+            kind: "Secret".into(),
+            name: secret.to_owned(),
+            source,
+        })?;
+    match found {
+        Some(_) => Ok(()),
+        None => Err(Error::Waiting {
+            reason: "CredentialsNotFound",
+            message: format!(
+                "{field}: Secret {secret} does not exist in namespace {namespace}; create it with the AWS shared files `credentials` (and optionally `config`)"
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upload_names_the_object_its_secret_endpoint_and_series() {
+        let s3 = S3Source {
+            path: "backups/ns/etcd.db".into(),
+            aws_secret: "bucket-keys".into(),
+            endpoint: Some("http://10.0.0.1:7070".into()),
+            force_path_style: true,
+        };
+        let object = series_object(&s3.path, Some("20261128-101500"));
+        let (container, volume) = transfer_container(
+            "upload",
+            "app-operator:v1",
+            &s3,
+            &object,
+            &Transfer::Put {
+                series: Some(("ns/etcd.db_", 2)),
+            },
+            "/backups/snapshot.db",
+            VolumeMount {
+                name: "snapshots".into(),
+                mount_path: "/backups".into(),
+                ..VolumeMount::default()
+            },
+        );
+        assert_eq!(
+            container.args.unwrap(),
+            [
+                "object-store",
+                "put",
+                "--path=backups/ns/etcd.db_20261128-101500",
+                "--file=/backups/snapshot.db",
+                "--credentials-dir=/etc/app-operator/s3",
+                "--endpoint=http://10.0.0.1:7070",
+                "--force-path-style",
+                "--series=ns/etcd.db_",
+                "--keep=2",
+            ]
+        );
+        assert_eq!(
+            volume.secret.unwrap().secret_name.as_deref(),
+            Some("bucket-keys")
+        );
+        assert_eq!(container.image.as_deref(), Some("app-operator:v1"));
+        assert_eq!(series_prefix(&s3.path), "ns/etcd.db_");
+    }
+}

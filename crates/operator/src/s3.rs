@@ -1,0 +1,530 @@
+//! `app-operator object-store put|get`: the operator's own binary, run in backup Jobs and in a
+//! restoring member's init container, moves a snapshot between a file and an S3-compatible
+//! bucket. The operator process never holds the credentials: only these Pods mount the Secret.
+//!
+//! An upload is multipart (an interrupted one leaves no object, so a partial snapshot is never
+//! listed), each request is retried with backoff by `object_store`, and the file's SHA-256
+//! travels with the object as `x-amz-meta-sha256`; a download writes `<file>.part`, checks the
+//! bytes against it and only then renames it to the file a restore reads.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::client::{
+    ClientOptions, HttpClient, HttpError, HttpErrorKind, HttpRequest, HttpRequestBody,
+    HttpResponse, HttpResponseBody, HttpService,
+};
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    Attribute, Attributes, ObjectStore, ObjectStoreExt, PutMultipartOptions, RetryConfig,
+    WriteMultipart,
+};
+use ring::digest::{Context, SHA256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The user metadata key the SHA-256 of an uploaded file is kept under (`x-amz-meta-sha256`).
+const CHECKSUM_METADATA: &str = "sha256";
+
+/// Parts of a multipart upload; S3 takes 5 MiB at least (but for the last).
+const PART_SIZE: usize = 8 << 20;
+
+/// How long one request is retried before the command gives up (within the Job's deadline).
+const RETRY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Files the mounted Secret holds: the AWS shared credentials and config files.
+pub const CREDENTIALS_FILE: &str = "credentials";
+pub const CONFIG_FILE: &str = "config";
+
+#[derive(Debug, thiserror::Error)]
+pub enum S3Error {
+    #[error("{0}")]
+    Input(String),
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// One line: what was asked, and what the store answered.
+    #[error("{0}")]
+    Store(String),
+}
+
+/// `<bucket>/<key>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub bucket: String,
+    pub key: String,
+}
+
+impl Location {
+    pub fn parse(path: &str) -> Result<Location, S3Error> {
+        match path.split_once('/') {
+            Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => Ok(Location {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+            }),
+            _ => Err(S3Error::Input(format!("{path:?} is not <bucket>/<key>"))),
+        }
+    }
+}
+
+/// The `default` profile of the AWS shared files.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub region: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The `[default]` section (`[profile default]` in `config`) of an INI file, as keys and values.
+fn default_profile(text: &str) -> HashMap<String, String> {
+    let mut values = HashMap::new();
+    let mut in_default = false;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let section = section.trim();
+            in_default = section == "default" || section == "profile default";
+        } else if in_default && let Some((key, value)) = line.split_once('=') {
+            values.insert(key.trim().to_owned(), value.trim().to_owned());
+        }
+    }
+    values
+}
+
+impl Credentials {
+    /// From the text of `credentials` and, when present, `config`.
+    pub fn parse(credentials: &str, config: Option<&str>) -> Result<Credentials, S3Error> {
+        let keys = default_profile(credentials);
+        let key = |name: &str| {
+            keys.get(name).filter(|v| !v.is_empty()).cloned().ok_or_else(|| {
+                S3Error::Input(format!(
+                    "the Secret's {CREDENTIALS_FILE} file has no {name} in its [default] profile"
+                ))
+            })
+        };
+        Ok(Credentials {
+            access_key_id: key("aws_access_key_id")?,
+            secret_access_key: key("aws_secret_access_key")?,
+            region: config
+                .map(default_profile)
+                .and_then(|c| c.get("region").cloned())
+                .filter(|r| !r.is_empty()),
+        })
+    }
+
+    /// From the directory the Secret is mounted at.
+    pub fn read(dir: &Path) -> Result<Credentials, S3Error> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read_to_string(&path).map_err(|source| S3Error::Io {
+                action: "reading",
+                path,
+                source,
+            })
+        };
+        let config = read(CONFIG_FILE).ok();
+        Credentials::parse(&read(CREDENTIALS_FILE)?, config.as_deref())
+    }
+}
+
+/// Where an object is and how to reach it.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub location: Location,
+    pub endpoint: Option<String>,
+    pub force_path_style: bool,
+    pub credentials: Credentials,
+}
+
+fn store(target: &Target) -> Result<AmazonS3, S3Error> {
+    let mut builder = AmazonS3Builder::new()
+        .with_bucket_name(&target.location.bucket)
+        .with_access_key_id(&target.credentials.access_key_id)
+        .with_secret_access_key(&target.credentials.secret_access_key)
+        .with_region(target.credentials.region.as_deref().unwrap_or("us-east-1"))
+        .with_virtual_hosted_style_request(!target.force_path_style)
+        .with_retry(RetryConfig {
+            retry_timeout: RETRY_TIMEOUT,
+            ..RetryConfig::default()
+        })
+        .with_http_connector(Connector);
+    if let Some(endpoint) = &target.endpoint {
+        builder = builder
+            .with_endpoint(endpoint.trim_end_matches('/'))
+            .with_allow_http(endpoint.starts_with("http://"));
+    }
+    builder
+        .build()
+        .map_err(|error| S3Error::Store(one_line(&error)))
+}
+
+/// Uploads `file` to the target, then, with `retain`, deletes the objects of that series beyond
+/// the newest `keep`. Returns what it did, for the Job's log.
+pub async fn put(
+    target: &Target,
+    file: &Path,
+    retain: Option<(&str, usize)>,
+) -> Result<String, S3Error> {
+    let checksum = sha256_of(file).await?;
+    let store = store(target)?;
+    let path = ObjectPath::from(target.location.key.as_str());
+    let shown = format!("{}/{}", target.location.bucket, target.location.key);
+    let failed = |error: object_store::Error| {
+        S3Error::Store(format!(
+            "uploading {shown}: {}",
+            refusal(&target.location.bucket, &error)
+        ))
+    };
+    let attributes = Attributes::from_iter([(
+        Attribute::Metadata(CHECKSUM_METADATA.into()),
+        checksum.clone(),
+    )]);
+    let upload = store
+        .put_multipart_opts(
+            &path,
+            PutMultipartOptions {
+                attributes,
+                ..PutMultipartOptions::default()
+            },
+        )
+        .await
+        .map_err(failed)?;
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+    let mut source = open(file).await?;
+    let mut buffer = vec![0; PART_SIZE];
+    let mut size: u64 = 0;
+    loop {
+        let read = match source.read(&mut buffer).await {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(source) => {
+                // Nothing is listed: the parts uploaded so far are discarded.
+                let _ = writer.abort().await;
+                return Err(io_error("reading", file, source));
+            }
+        };
+        if let Err(error) = writer.wait_for_capacity(2).await {
+            let _ = writer.abort().await;
+            return Err(failed(error));
+        }
+        writer.write(buffer.get(..read).unwrap_or_default());
+        size += read as u64;
+    }
+    writer.finish().await.map_err(failed)?;
+    let mut done = format!("uploaded {shown} ({size} bytes, sha256 {checksum})");
+    if let Some((prefix, keep)) = retain {
+        let prefix_path = ObjectPath::from(prefix);
+        let listed: Vec<String> = store
+            .list(Some(&prefix_path))
+            .map_ok(|meta| meta.location.to_string())
+            .try_collect()
+            .await
+            .map_err(|error| {
+                S3Error::Store(format!(
+                    "listing {}/{prefix}: {}",
+                    target.location.bucket,
+                    refusal(&target.location.bucket, &error)
+                ))
+            })?;
+        let expired = expired(&listed, prefix, keep);
+        for key in &expired {
+            store
+                .delete(&ObjectPath::from(key.as_str()))
+                .await
+                .map_err(|error| {
+                    S3Error::Store(format!(
+                        "deleting {}/{key}: {}",
+                        target.location.bucket,
+                        refusal(&target.location.bucket, &error)
+                    ))
+                })?;
+        }
+        done.push_str(&format!(
+            "; kept the newest {keep} of {prefix}*, deleted {}",
+            if expired.is_empty() {
+                "none".to_owned()
+            } else {
+                expired.join(", ")
+            }
+        ));
+    }
+    Ok(done)
+}
+
+/// Downloads the target to `file`, through `<file>.part`, refusing an object whose bytes do not
+/// match the SHA-256 it was uploaded with.
+pub async fn get(target: &Target, file: &Path) -> Result<String, S3Error> {
+    let store = store(target)?;
+    let shown = format!("{}/{}", target.location.bucket, target.location.key);
+    let failed = |error: object_store::Error| {
+        S3Error::Store(format!(
+            "downloading {shown}: {}",
+            refusal(&target.location.bucket, &error)
+        ))
+    };
+    let result = store
+        .get(&ObjectPath::from(target.location.key.as_str()))
+        .await
+        .map_err(failed)?;
+    let expected = result
+        .attributes
+        .get(&Attribute::Metadata(CHECKSUM_METADATA.into()))
+        .map(|value| value.to_string());
+    let mut partial = file.as_os_str().to_owned();
+    partial.push(".part");
+    let partial = PathBuf::from(partial);
+    let mut out = tokio::fs::File::create(&partial)
+        .await
+        .map_err(|source| io_error("creating", &partial, source))?;
+    let mut hash = Context::new(&SHA256);
+    let mut size: u64 = 0;
+    let mut stream = result.into_stream();
+    while let Some(chunk) = stream.try_next().await.map_err(failed)? {
+        hash.update(&chunk);
+        size += chunk.len() as u64;
+        out.write_all(&chunk)
+            .await
+            .map_err(|source| io_error("writing", &partial, source))?;
+    }
+    out.sync_all()
+        .await
+        .map_err(|source| io_error("writing", &partial, source))?;
+    let actual = hex(hash.finish().as_ref());
+    let checked = match expected {
+        Some(expected) if expected != actual => {
+            return Err(S3Error::Store(format!(
+                "object {shown} is damaged: its bytes have SHA-256 {actual}, it was uploaded with {expected}"
+            )));
+        }
+        Some(_) => "its SHA-256 matches the upload's",
+        // Not uploaded by a backup Job: nothing to compare with (etcd checks its own hash).
+        None => "uploaded without a SHA-256 to compare",
+    };
+    tokio::fs::rename(&partial, file)
+        .await
+        .map_err(|source| io_error("renaming", &partial, source))?;
+    Ok(format!("downloaded {shown} ({size} bytes; {checked})"))
+}
+
+/// Keys of the series `prefix` beyond the newest `keep`. Their suffixes are
+/// `yyyymmdd-hhmmss`, so names sort by time.
+pub fn expired(listed: &[String], prefix: &str, keep: usize) -> Vec<String> {
+    let mut series: Vec<&String> = listed.iter().filter(|k| k.starts_with(prefix)).collect();
+    series.sort_unstable_by(|a, b| b.cmp(a));
+    series.into_iter().skip(keep).cloned().collect()
+}
+
+/// What the store said, in one line: the status and S3's error code and message when it
+/// answered, else the innermost cause (a refused connection, an unknown host).
+fn refusal(bucket: &str, error: &object_store::Error) -> String {
+    let line = one_line(error);
+    if line.starts_with("403 ") {
+        format!("the bucket {bucket} refused the Secret's credentials: {line}")
+    } else {
+        line
+    }
+}
+
+fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut chain = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(cause) = source {
+        chain.push(cause.to_string());
+        source = cause.source();
+    }
+    summarize(&chain)
+}
+
+/// `chain` is an error's messages from the outermost to the innermost.
+fn summarize(chain: &[String]) -> String {
+    let text = chain.join(": ");
+    let after = |open: &str| Some(text.get(text.find(open)? + open.len()..)?.trim_start());
+    let between = |open: &str, close: &str| {
+        let rest = after(open)?;
+        Some(rest.get(..rest.find(close)?)?.trim().to_owned())
+    };
+    let status =
+        between("status code: ", ":").or_else(|| after("status code: ").map(str::to_owned));
+    if let Some(status) = status {
+        return match (
+            between("<Code>", "</Code>"),
+            between("<Message>", "</Message>"),
+        ) {
+            (Some(code), Some(message)) => format!("{status}, {code}: {message}"),
+            (Some(code), None) => format!("{status}, {code}"),
+            _ => status,
+        };
+    }
+    chain
+        .last()
+        .map(|inner| inner.lines().next().unwrap_or_default().to_owned())
+        .unwrap_or_default()
+}
+
+async fn sha256_of(file: &Path) -> Result<String, S3Error> {
+    let mut source = open(file).await?;
+    let mut hash = Context::new(&SHA256);
+    let mut buffer = vec![0; 1 << 20];
+    loop {
+        match source.read(&mut buffer).await {
+            Ok(0) => break,
+            Ok(read) => hash.update(buffer.get(..read).unwrap_or_default()),
+            Err(source) => return Err(io_error("reading", file, source)),
+        }
+    }
+    Ok(hex(hash.finish().as_ref()))
+}
+
+async fn open(file: &Path) -> Result<tokio::fs::File, S3Error> {
+    tokio::fs::File::open(file)
+        .await
+        .map_err(|source| io_error("opening", file, source))
+}
+
+fn io_error(action: &'static str, path: &Path, source: std::io::Error) -> S3Error {
+    S3Error::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `object_store`'s HTTP through the hyper and rustls the operator already has (its `aws`
+/// feature would add reqwest and a second TLS stack).
+#[derive(Debug)]
+struct Connector;
+
+impl object_store::client::HttpConnector for Connector {
+    fn connect(&self, _options: &ClientOptions) -> object_store::Result<HttpClient> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(Duration::from_secs(10)));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new()).build(https);
+        Ok(HttpClient::new(Hyper(Arc::new(client))))
+    }
+}
+
+type HyperClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, HttpRequestBody>;
+
+#[derive(Debug)]
+struct Hyper(Arc<HyperClient>);
+
+#[async_trait::async_trait]
+impl HttpService for Hyper {
+    async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let response = self.0.request(request).await.map_err(|error| {
+            let kind = if error.is_connect() {
+                HttpErrorKind::Connect
+            } else {
+                HttpErrorKind::Request
+            };
+            HttpError::new(kind, error)
+        })?;
+        let (parts, body) = response.into_parts();
+        let body = body.map_err(|error| HttpError::new(HttpErrorKind::Request, error));
+        Ok(HttpResponse::from_parts(parts, HttpResponseBody::new(body)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_come_from_the_default_profile_of_the_aws_files() {
+        let credentials = "[other]\naws_access_key_id = NO\n\n[default]\naws_access_key_id = AKID\naws_secret_access_key=SECRET\n";
+        let config = "[profile default]\nregion = eu-west-1\n";
+        let parsed = Credentials::parse(credentials, Some(config)).unwrap();
+        assert_eq!(parsed.access_key_id, "AKID");
+        assert_eq!(parsed.secret_access_key, "SECRET");
+        assert_eq!(parsed.region.as_deref(), Some("eu-west-1"));
+        assert!(!format!("{parsed:?}").contains("SECRET"), "never logged");
+        let missing = Credentials::parse("[default]\naws_access_key_id = AKID\n", None);
+        assert_eq!(
+            missing.unwrap_err().to_string(),
+            "the Secret's credentials file has no aws_secret_access_key in its [default] profile"
+        );
+    }
+
+    #[test]
+    fn a_path_is_a_bucket_then_a_key() {
+        assert_eq!(
+            Location::parse("backups/ns/etcd.db").unwrap(),
+            Location {
+                bucket: "backups".into(),
+                key: "ns/etcd.db".into()
+            }
+        );
+        for wrong in ["backups", "backups/", "/key"] {
+            assert!(Location::parse(wrong).is_err(), "{wrong}");
+        }
+    }
+
+    #[test]
+    fn only_the_newest_of_a_series_are_kept() {
+        let listed: Vec<String> = [
+            "ns/etcd.db_20261128-100000",
+            "ns/etcd.db_20261128-120000",
+            "ns/etcd.db_20261128-110000",
+            "ns/other.db_20261128-090000",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            expired(&listed, "ns/etcd.db_", 2),
+            ["ns/etcd.db_20261128-100000"]
+        );
+        assert!(expired(&listed, "ns/etcd.db_", 3).is_empty());
+    }
+
+    #[test]
+    fn a_store_error_is_one_line_with_the_status_and_s3s_code() {
+        let refused = [
+            "Generic S3 error: Error performing PUT http://10.0.0.1:7070/backups/x in 1ms".to_owned(),
+            "Server returned non-2xx status code: 403 Forbidden: <?xml version=\"1.0\"?>\n<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not match</Message></Error>".to_owned(),
+        ];
+        assert_eq!(
+            summarize(&refused),
+            "403 Forbidden, SignatureDoesNotMatch: The request signature we calculated does not match"
+        );
+        let unreachable = [
+            "Generic S3 error: Error performing PUT http://10.0.0.1:1/backups/x in 60s, after 9 retries".to_owned(),
+            "HTTP error: client error (Connect)".to_owned(),
+            "tcp connect error: Connection refused (os error 111)".to_owned(),
+        ];
+        assert_eq!(
+            summarize(&unreachable),
+            "tcp connect error: Connection refused (os error 111)"
+        );
+    }
+}
