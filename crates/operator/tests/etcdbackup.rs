@@ -449,6 +449,33 @@ async fn bad_input_is_refused_at_apply_or_degraded_with_a_clear_reason() {
     let status = degraded("missing-claim", "DestinationNotFound").await;
     assert!(status.reason.unwrap().contains("no-such-claim"));
 
+    let s3 = serde_json::json!({ "path": "backups/etcd.db", "awsSecret": "keys" });
+    let without_bucket = backup_object(
+        "without-bucket",
+        serde_json::json!({ "etcdCluster": { "name": CLUSTER }, "storageType": "S3" }),
+    );
+    let refused = rejection(
+        backups
+            .create(&PostParams::default(), &without_bucket)
+            .await,
+    );
+    assert!(
+        refused
+            .message
+            .contains("spec.s3 is set exactly when spec.storageType is S3"),
+        "{}",
+        refused.message
+    );
+    // This operator runs outside a Pod and was given no --helper-image.
+    create_backup(
+        &s.ns,
+        "to-bucket",
+        serde_json::json!({ "etcdCluster": { "name": CLUSTER }, "storageType": "S3", "s3": s3 }),
+    )
+    .await;
+    let status = degraded("to-bucket", "HelperImageUnknown").await;
+    assert!(status.reason.unwrap().contains("--helper-image"));
+
     create_cluster(
         &s.ns,
         "from-nothing",

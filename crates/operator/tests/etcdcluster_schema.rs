@@ -121,6 +121,22 @@ async fn bad_input_is_refused_at_apply_with_the_schemas_message() {
             "size: 1\n  pod:\n    labels:\n      etcd_node: x",
             "pod.labels must not set 'app' or labels starting with 'etcd_'",
         ),
+        (
+            "size: 1\n  restore:\n    backupName: b\n    s3: {path: backups/etcd.db, awsSecret: keys}",
+            "spec.restore: set exactly one of backupName and s3",
+        ),
+        (
+            "size: 1\n  restore:\n    snapshot: x.db\n    s3: {path: backups/etcd.db, awsSecret: keys}",
+            "set it only with backupName",
+        ),
+        (
+            "size: 1\n  restore:\n    s3: {path: no-key, awsSecret: keys}",
+            "spec.restore.s3.path",
+        ),
+        (
+            "size: 1\n  restore:\n    s3: {path: backups/etcd.db, awsSecret: keys, endpoint: 'ftp://x'}",
+            "spec.restore.s3.endpoint",
+        ),
     ];
     for (spec, message) in refused {
         let (ok, out) = apply(&ns, &with_spec("bad", &format!("  {spec}\n")));
