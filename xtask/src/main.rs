@@ -198,6 +198,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             println!("export KUBECONFIG={}", cluster.kubeconfig.display());
             println!("export PATH={}:$PATH", tools.dir.join("bin").display());
+            if matches!(node, NodeKind::Real) {
+                let node = local_cluster::node::NodeLayout::of(&layout);
+                let store = node.object_store()?;
+                println!(
+                    "object store (S3) at {}, bucket {}; keys in {}",
+                    store.endpoint,
+                    store.bucket,
+                    node.object_store_file().display()
+                );
+            }
         }
         Task::ClusterDown => {
             let layout = Layout::default();

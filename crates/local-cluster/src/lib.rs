@@ -11,6 +11,7 @@ pub mod images;
 pub mod install;
 mod kubeconfig;
 pub mod node;
+pub mod object_store;
 pub mod oci;
 mod pki;
 mod process;
@@ -21,6 +22,7 @@ pub use cluster::{
     Cluster, ClusterOptions, Kubernetes, Layout, RunningCluster, Stop, admin_client,
 };
 pub use error::Error;
+pub use object_store::ObjectStore;
 pub use tools::Tools;
 
 use std::path::PathBuf;

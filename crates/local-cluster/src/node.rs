@@ -1,6 +1,7 @@
 //! The real node: Pods that run. containerd + runc (Debian's), the CNI bridge, a kubelet and
-//! kube-proxy from the pinned Kubernetes module, CoreDNS for cluster DNS, and an image registry on
-//! loopback that containerd uses for every registry host, filled with the images built here.
+//! kube-proxy from the pinned Kubernetes module, CoreDNS for cluster DNS, an image registry on
+//! loopback that containerd uses for every registry host, filled with the images built here, and
+//! an S3-compatible object store on the machine's address for backups ([`crate::object_store`]).
 //!
 //! Three settings this kind of machine cannot do without (`shared/research/realnode.md`): the
 //! kubelet's `failCgroupV1: false` (cgroup v1), containerd's `restrict_oom_score_adj` (no
@@ -14,7 +15,7 @@
 //! refuses a second. `cluster-down` undoes all of it ([`down`]).
 
 use std::fs;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -29,6 +30,7 @@ use crate::error::Error;
 use crate::host::{self, HostRecord};
 use crate::images::Images;
 use crate::kubeconfig;
+use crate::object_store::{self, ObjectStore};
 use crate::pki::{ClientIdentity, Pki};
 use crate::process::{self, Spec, Started};
 use crate::registry;
@@ -135,6 +137,21 @@ impl NodeLayout {
             .map(|text| text.trim().to_owned())
             .map_err(Error::io("reading", &path))
     }
+
+    /// The object store's endpoint, bucket and keys, for tests and backups to reach it.
+    pub fn object_store(&self) -> Result<ObjectStore, Error> {
+        ObjectStore::load(&self.dir)
+    }
+
+    /// The file [`NodeLayout::object_store`] reads (it holds the keys).
+    pub fn object_store_file(&self) -> PathBuf {
+        object_store::file(&self.dir)
+    }
+
+    /// The object store's data: one directory per bucket, on the node's disk.
+    fn object_store_data(&self) -> PathBuf {
+        self.dir.join("object-store")
+    }
 }
 
 /// The machine's own IPv4 address, which the node and the API server are advertised on: traffic
@@ -178,12 +195,17 @@ pub struct Start<'a> {
     pub timeout: Duration,
 }
 
-/// Starts the registry (and fills it), containerd, the kubelet (waits for the node to be Ready),
-/// kube-proxy and CoreDNS (waits until it serves).
+/// Starts the registry (and fills it), the object store (with its bucket), containerd, the
+/// kubelet (waits for the node to be Ready), kube-proxy and CoreDNS (waits until it serves).
 pub async fn start(start: &Start<'_>, started: &mut Vec<Started>) -> Result<(), Error> {
     let node = NodeLayout::of(start.layout);
     host::ensure_packages()?;
-    for dir in [node.containerd(), node.kubelet(), node.cni().join("net.d")] {
+    for dir in [
+        node.containerd(),
+        node.kubelet(),
+        node.cni().join("net.d"),
+        node.object_store_data(),
+    ] {
         fs::create_dir_all(&dir).map_err(Error::io("creating", &dir))?;
     }
     let record = HostRecord::capture();
@@ -220,6 +242,27 @@ pub async fn start(start: &Start<'_>, started: &mut Vec<Started>) -> Result<(), 
     for image in &images.images {
         registry::push_archive(&image.archive, &registry_address)?;
     }
+
+    // On the machine's own address, not loopback: Pods on the node reach it there.
+    let store = ObjectStore::generate(SocketAddrV4::new(
+        start.node_ip,
+        object_store::free_port(start.node_ip)?,
+    ))?;
+    spawn(
+        start,
+        started,
+        store.spec(start.tools.bin("versitygw"), &node.object_store_data()),
+    )?;
+    wait_for(
+        started,
+        start.timeout,
+        start.layout,
+        "the object store to accept connections",
+        || async { Ok(std::net::TcpStream::connect(store.address()).is_ok()) },
+    )
+    .await?;
+    store.create_bucket()?;
+    store.save(&node.dir)?;
 
     let certs_d = node.containerd().join("certs.d");
     for host in REGISTRY_HOSTS.iter().chain(std::iter::once(&"_default")) {
@@ -815,6 +858,7 @@ pub fn down(layout: &Layout) -> Result<Vec<String>, Error> {
     stop("containerd");
     host::kill_shims(&socket);
     stop("registry");
+    stop(object_store::NAME);
     host::remove_iptables_chains(&["KUBE-", "CNI-", CHAIN])?;
     host::delete_link(BRIDGE);
     host::unmount_below(&node.dir);
