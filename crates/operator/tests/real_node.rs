@@ -1107,6 +1107,8 @@ impl Bucket {
                 "--aws-sigv4",
                 "aws:amz:us-east-1:s3",
             ])
+            // S3 signs this header; curl does not add it, and versitygw refuses requests without.
+            .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"])
             .args([
                 "--user",
                 &format!("{}:{}", self.access_key, self.secret_key),
