@@ -9,6 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{Condition, conditions_schema};
+use crate::etcdbackup::S3Source;
 use crate::validation::{DNS_1035_NAME_RULE, IMAGE_PATTERN, QUANTITY_PATTERN};
 
 /// The official PostgreSQL image (Docker Hub's `library/postgres`).
@@ -198,17 +199,27 @@ pub struct InitSql {
     pub config_map_name: String,
 }
 
-/// Restore names the backup a new database starts from.
+/// Restore names the backup a new database starts from: a file in a backups volume, or a dump
+/// in a bucket (which needs nothing else in this namespace).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.backupFile) != has(self.s3)").message("spec.restore: set exactly one of backupFile and s3"),
+    validation = Rule::new("!has(self.source) || has(self.backupFile)").message("spec.restore.source names the SampleDB whose backups volume holds backupFile: set it only with backupFile"),
+)]
 pub struct Restore {
     /// BackupFile is a file in the source's backups volume: a backup (`<name>-backup-<time>.dump`)
     /// or a final snapshot (`<name>-final-snapshot-<first 8 characters of its uid>.dump`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 253),
         regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     )]
-    pub backup_file: String,
+    pub backup_file: Option<String>,
+
+    /// S3 is a dump in a bucket (`path` is `<bucket>/<key>`), as `backup.s3` uploads them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Source>,
 
     /// Source is the SampleDB in this namespace whose backups volume holds the file: another
     /// one for a clone (it may be deleted, its backups volume is kept). Unset: an earlier
@@ -221,9 +232,11 @@ pub struct Restore {
     pub source: Option<String>,
 }
 
-/// BackupPolicy defines when backups run and how many finished Jobs are kept.
+/// BackupPolicy defines when backups run, how many finished Jobs are kept, and whether dumps
+/// go to a bucket too.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.bucketRetention) || has(self.s3)").message("backup.bucketRetention applies to the dumps in backup.s3: set it only with s3"))]
 pub struct BackupPolicy {
     /// Schedule in cron format: 5 fields (`0 3 * * *`, as a CronJob) or 6 with seconds first
     /// (`*/30 * * * * *`). No backups when unset. After the operator was down, one backup catches
@@ -252,6 +265,32 @@ pub struct BackupPolicy {
     #[serde(default = "default_failed_history")]
     #[schemars(range(min = 0, max = 100))]
     pub failed_jobs_history_limit: i32,
+
+    /// S3 uploads every backup's dump to a bucket as well: `<key>/<job>.dump` of `path`
+    /// (`<bucket>/<key>`), so the dumps outlive the namespace. The backups volume keeps its copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Source>,
+
+    /// BucketRetention is how many dumps the bucket keeps, and for how long; all when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_retention: Option<BucketRetention>,
+}
+
+/// BucketRetention bounds the dumps kept in the bucket: after each upload, older ones beyond
+/// either limit are deleted (the newest is always kept).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.maxBackups) || has(self.maxAgeHours)").message("bucketRetention: set maxBackups, maxAgeHours or both"))]
+pub struct BucketRetention {
+    /// MaxBackups is how many dumps are kept, the newest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_backups: Option<i32>,
+
+    /// MaxAgeHours deletes dumps older than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 876_000))]
+    pub max_age_hours: Option<i64>,
 }
 
 impl Default for BackupPolicy {
@@ -262,6 +301,8 @@ impl Default for BackupPolicy {
             timeout_seconds: default_job_timeout(),
             successful_jobs_history_limit: default_successful_history(),
             failed_jobs_history_limit: default_failed_history(),
+            s3: None,
+            bucket_retention: None,
         }
     }
 }

@@ -69,23 +69,24 @@ fn init_job(sql: bool) -> Job {
     db.spec.init_sql = sql.then(|| InitSql {
         config_map_name: "db-init".to_owned(),
     });
-    children::first_job(&db, &owner(&db))
+    children::first_job(&db, &owner(&db), None)
 }
 
 /// The restore Job of a SampleDB created from `file`.
 fn restore_job(file: &str) -> Job {
     let mut db = sample_db();
     db.spec.restore = Some(Restore {
-        backup_file: file.to_owned(),
+        backup_file: Some(file.to_owned()),
         source: None,
+        s3: None,
     });
-    children::first_job(&db, &owner(&db))
+    children::first_job(&db, &owner(&db), None)
 }
 
 fn backup_job() -> Job {
     let db = sample_db();
     let tick = "2025-01-01T00:00:00Z".parse().unwrap();
-    children::backup_job(&db, &owner(&db), &db.spec.version, tick, None)
+    children::backup_job(&db, &owner(&db), &db.spec.version, tick, None, None)
 }
 
 fn upgrade_job(from: &str, to: &str) -> Job {

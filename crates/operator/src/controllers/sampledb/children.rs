@@ -19,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::scripts;
+use crate::controllers::bucket::{Retention, Transfer, fetch_container, transfer_container};
 use crate::controllers::restricted::{pod_security_context, restrict, scratch};
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
@@ -369,7 +370,17 @@ pub struct JobSpecOf<'a> {
     pub data: bool,
     /// Runs first, with another image (the upgrade's dump, by the old version).
     pub before: Option<(&'a str, &'static str)>,
+    /// A container on the operator's image that moves a dump to or from a bucket.
+    pub bucket: Option<BucketStep>,
     pub owner: Option<&'a OwnerReference>,
+}
+
+/// A bucket transfer in a Job, with the Secret volume it mounts.
+pub enum BucketStep {
+    /// Downloads the dump before the script restores it.
+    Fetch(Container, Volume),
+    /// Uploads the dump once the script wrote it.
+    Upload(Container, Volume),
 }
 
 pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
@@ -421,9 +432,24 @@ pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     };
-    let init_containers = spec
+    let mut init_containers: Vec<Container> = spec
         .before
-        .map(|(version, script)| vec![container("dump", version, script)]);
+        .map(|(version, script)| container("dump", version, script))
+        .into_iter()
+        .collect();
+    let mut containers = vec![container(spec.kind.label(), spec.version, spec.script)];
+    match spec.bucket {
+        Some(BucketStep::Fetch(fetch, credentials)) => {
+            init_containers.push(fetch);
+            volumes.push(credentials);
+        }
+        Some(BucketStep::Upload(upload, credentials)) => {
+            init_containers.append(&mut containers);
+            containers.push(upload);
+            volumes.push(credentials);
+        }
+        None => {}
+    }
     let mut pod_labels = db.spec.job_pod_metadata.labels.clone();
     pod_labels.extend(labels(&name, spec.kind.label()));
     let annotations = &db.spec.job_pod_metadata.annotations;
@@ -442,8 +468,8 @@ pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
                 }),
                 spec: Some(restricted_postgres(PodSpec {
                     restart_policy: Some("Never".to_owned()),
-                    init_containers,
-                    containers: vec![container(spec.kind.label(), spec.version, spec.script)],
+                    init_containers: (!init_containers.is_empty()).then_some(init_containers),
+                    containers,
                     volumes: Some(volumes),
                     ..PodSpec::default()
                 })),
@@ -464,15 +490,34 @@ fn backups_of(db: &SampleDB, kind: JobKind) -> &str {
     }
 }
 
-/// The init Job, or the restore Job when the SampleDB starts from a backup.
-pub fn first_job(db: &SampleDB, owner: &OwnerReference) -> Job {
+/// The init Job, or the restore Job when the SampleDB starts from a backup: a file in a
+/// backups volume, or a dump in a bucket, downloaded into its own backups volume first by the
+/// operator's image (`helper_image`, which the caller checked is known).
+pub fn first_job(db: &SampleDB, owner: &OwnerReference, helper_image: Option<&str>) -> Job {
     let name = db.name_any();
+    let mut bucket = None;
     let (kind, script, extra) = match &db.spec.restore {
-        Some(restore) => (
-            JobKind::Restore,
-            scripts::RESTORE,
-            vec![env("BACKUP_FILE", &restore.backup_file)],
-        ),
+        Some(restore) => {
+            let file = match (&restore.s3, helper_image) {
+                (Some(s3), Some(helper_image)) => {
+                    let file = format!("{name}-restore.dump");
+                    let (fetch, credentials) = fetch_container(
+                        helper_image,
+                        s3,
+                        &format!("{BACKUPS_MOUNT}/{file}"),
+                        mount("backups", BACKUPS_MOUNT),
+                    );
+                    bucket = Some(BucketStep::Fetch(fetch, credentials));
+                    file
+                }
+                _ => restore.backup_file.clone().unwrap_or_default(),
+            };
+            (
+                JobKind::Restore,
+                scripts::RESTORE,
+                vec![env("BACKUP_FILE", &file)],
+            )
+        }
         None => (JobKind::Init, scripts::INIT, Vec::new()),
     };
     job(
@@ -486,38 +531,81 @@ pub fn first_job(db: &SampleDB, owner: &OwnerReference) -> Job {
             deadline_seconds: db.spec.job_timeout_seconds,
             data: false,
             before: None,
+            bucket,
             owner: Some(owner),
         },
     )
 }
 
 /// A backup: of a schedule's tick, or (`request` set) on demand at `tick`, annotated with the
-/// request it serves.
+/// request it serves. With `backup.s3` (and the operator's image, which the caller checked is
+/// known) the dump is uploaded to `<key>/<file>` once written, and the bucket's retention
+/// applied to this SampleDB's dumps there.
 pub fn backup_job(
     db: &SampleDB,
     owner: &OwnerReference,
     version: &str,
     tick: Timestamp,
     request: Option<&str>,
+    helper_image: Option<&str>,
 ) -> Job {
     let name = backup_job_name(&db.name_any(), tick);
+    let file = dump_file(&name);
+    let bucket = db
+        .spec
+        .backup
+        .s3
+        .as_ref()
+        .zip(helper_image)
+        .map(|(s3, helper_image)| {
+            let series = format!("{}{}-backup-", key_prefix(&s3.path), db.name_any());
+            let retention = db.spec.backup.bucket_retention.as_ref();
+            let (upload, credentials) = transfer_container(
+                "upload",
+                helper_image,
+                s3,
+                &uploaded_dump(&s3.path, &file),
+                &Transfer::Put {
+                    retention: retention.map(|retention| Retention {
+                        series: &series,
+                        keep: retention.max_backups,
+                        max_age_hours: retention.max_age_hours,
+                    }),
+                },
+                &format!("{BACKUPS_MOUNT}/{file}"),
+                mount("backups", BACKUPS_MOUNT),
+            );
+            BucketStep::Upload(upload, credentials)
+        });
     let mut backup = job(
         db,
         JobSpecOf {
             kind: JobKind::Backup,
-            env: vec![env("BACKUP_FILE", &dump_file(&name))],
+            env: vec![env("BACKUP_FILE", &file)],
             name,
             version,
             script: scripts::BACKUP,
             deadline_seconds: db.spec.backup.timeout_seconds,
             data: false,
             before: None,
+            bucket,
             owner: Some(owner),
         },
     );
     backup.metadata.annotations =
         request.map(|request| [(BACKUP_REQUESTED_AT.to_owned(), request.to_owned())].into());
     backup
+}
+
+/// The key prefix dumps go under in `path` (`<bucket>/<key>`): `<key>/`.
+fn key_prefix(path: &str) -> String {
+    let key = path.split_once('/').map_or("", |(_, key)| key);
+    format!("{}/", key.trim_end_matches('/'))
+}
+
+/// The object (`<bucket>/<key>/<file>`) a dump is uploaded to.
+pub fn uploaded_dump(path: &str, file: &str) -> String {
+    format!("{}/{file}", path.trim_end_matches('/'))
 }
 
 /// The offline upgrade: the old version dumps the stopped database, the new one converts the data
@@ -535,6 +623,7 @@ pub fn upgrade_job(db: &SampleDB, owner: &OwnerReference, from: &str, to: &str) 
             deadline_seconds: db.spec.job_timeout_seconds,
             data: true,
             before: Some((from, scripts::SNAPSHOT)),
+            bucket: None,
             owner: Some(owner),
         },
     )
@@ -554,6 +643,7 @@ pub fn final_snapshot_job(db: &SampleDB, uid: &str, version: &str) -> Job {
             deadline_seconds: db.spec.deletion.snapshot_timeout_seconds,
             data: true,
             before: None,
+            bucket: None,
             owner: None,
         },
     )
@@ -574,6 +664,83 @@ mod tests {
         .unwrap()
     }
 
+    const BUCKET: &str = r#"{ "path": "backups/team/db", "awsSecret": "keys", "endpoint": "http://10.0.0.1:7070", "forcePathStyle": true }"#;
+
+    /// Backing up to a bucket, keeping 2 dumps for at most a day.
+    fn in_bucket() -> SampleDB {
+        let mut db = db();
+        db.spec.backup.s3 = serde_json::from_str(BUCKET).unwrap();
+        db.spec.backup.bucket_retention =
+            serde_json::from_value(serde_json::json!({ "maxBackups": 2, "maxAgeHours": 24 }))
+                .unwrap();
+        db
+    }
+
+    /// A new SampleDB restored from a dump in a bucket.
+    fn cloned_from_bucket() -> SampleDB {
+        let mut clone = db();
+        clone.metadata.name = Some("copy".into());
+        let mut source: serde_json::Value = serde_json::from_str(BUCKET).unwrap();
+        source["path"] = "backups/team/db/db-backup-20261123-103000.dump".into();
+        clone.spec.restore =
+            Some(serde_json::from_value(serde_json::json!({ "s3": source })).unwrap());
+        clone
+    }
+
+    fn container_names(spec: &PodSpec) -> Vec<&str> {
+        spec.init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_bucket_backup_uploads_the_dump_pg_dump_wrote_and_a_clone_fetches_it_first() {
+        let owner = OwnerReference::default();
+        let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
+        let backup = backup_job(
+            &in_bucket(),
+            &owner,
+            "15",
+            tick,
+            None,
+            Some("app-operator:v1"),
+        );
+        let pod = backup.spec.unwrap().template.spec.unwrap();
+        assert_eq!(container_names(&pod), ["backup", "upload"]);
+        let upload = pod.containers[0].args.clone().unwrap();
+        for arg in [
+            "put",
+            "--path=backups/team/db/db-backup-20261123-103000.dump",
+            "--file=/backups/db-backup-20261123-103000.dump",
+            "--series=team/db/db-backup-",
+            "--keep=2",
+            "--max-age-hours=24",
+        ] {
+            assert!(upload.contains(&arg.to_owned()), "{arg} in {upload:?}");
+        }
+
+        let restore = first_job(&cloned_from_bucket(), &owner, Some("app-operator:v1"));
+        let pod = restore.spec.unwrap().template.spec.unwrap();
+        assert_eq!(container_names(&pod), ["fetch", "restore"]);
+        let fetch = pod.init_containers.unwrap()[0].args.clone().unwrap();
+        assert!(
+            fetch.contains(&"--file=/backups/copy-restore.dump".to_owned()),
+            "{fetch:?}"
+        );
+        let file = pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "BACKUP_FILE");
+        assert_eq!(
+            file.and_then(|e| e.value.as_deref()),
+            Some("copy-restore.dump")
+        );
+    }
+
     /// The server and every Job: `restricted`, as `postgres`, read-only, with somewhere to put
     /// the socket and temporary files.
     #[test]
@@ -587,8 +754,25 @@ mod tests {
                 .unwrap()
                 .template
                 .spec,
-            first_job(&db, &owner).spec.unwrap().template.spec,
-            backup_job(&db, &owner, "15", tick, None)
+            first_job(&db, &owner, None).spec.unwrap().template.spec,
+            backup_job(&db, &owner, "15", tick, None, None)
+                .spec
+                .unwrap()
+                .template
+                .spec,
+            backup_job(
+                &in_bucket(),
+                &owner,
+                "15",
+                tick,
+                None,
+                Some("app-operator:v1"),
+            )
+            .spec
+            .unwrap()
+            .template
+            .spec,
+            first_job(&cloned_from_bucket(), &owner, Some("app-operator:v1"))
                 .spec
                 .unwrap()
                 .template
@@ -646,13 +830,19 @@ mod tests {
         );
         let owner = OwnerReference::default();
         let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
-        assert_eq!(backups_volume(&first_job(&clone, &owner)), "db-backups");
         assert_eq!(
-            backups_volume(&backup_job(&clone, &owner, "15", tick, None)),
+            backups_volume(&first_job(&clone, &owner, None)),
+            "db-backups"
+        );
+        assert_eq!(
+            backups_volume(&backup_job(&clone, &owner, "15", tick, None, None)),
             "copy-backups"
         );
         clone.spec.restore.as_mut().unwrap().source = None;
-        assert_eq!(backups_volume(&first_job(&clone, &owner)), "copy-backups");
+        assert_eq!(
+            backups_volume(&first_job(&clone, &owner, None)),
+            "copy-backups"
+        );
     }
 
     #[test]
@@ -660,7 +850,7 @@ mod tests {
         let db = db();
         let owner = OwnerReference::default();
         let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
-        let on_demand = backup_job(&db, &owner, "15", tick, Some("t1"));
+        let on_demand = backup_job(&db, &owner, "15", tick, Some("t1"), None);
         assert_eq!(
             on_demand.metadata.name.as_deref(),
             Some("db-backup-20261123-103000")
@@ -672,7 +862,7 @@ mod tests {
                 .map(String::as_str),
             Some("t1")
         );
-        let scheduled = backup_job(&db, &owner, "15", tick, None);
+        let scheduled = backup_job(&db, &owner, "15", tick, None, None);
         assert!(scheduled.metadata.annotations.is_none());
     }
 }

@@ -15,6 +15,7 @@ mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
+use app_operator_api::etcdbackup::S3Source;
 use app_operator_api::sampledb::{FINALIZER, SampleDBStatus};
 use app_operator_api::{BACKUP_REQUESTED_AT, SampleDB};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -32,7 +33,7 @@ use serde_json::json;
 pub use self::children::INSTANCE_LABEL;
 use self::children::{JobKind, ROLE_LABEL};
 use self::plan::{Backups, Database, Desired, Observed, Plan, Problem, Stage, Step};
-use super::Wiring;
+use super::{Wiring, bucket};
 use crate::reconcile::apply::controlled;
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
 use crate::reconcile::finalizer::{Cleanup, finalize};
@@ -58,6 +59,7 @@ pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Syn
         claims: runner.owns(),
         jobs: runner.owns(),
         pods: runner.owns(),
+        helper_image: wiring.helper_image,
         metrics: settings.metrics.clone(),
     };
     runner.run(reconciler, shutdown).await;
@@ -70,6 +72,8 @@ struct SampleDBReconciler {
     claims: Store<PersistentVolumeClaim>,
     jobs: Store<Job>,
     pods: Store<Pod>,
+    /// The operator's image, which moves dumps to and from buckets.
+    helper_image: Option<String>,
     metrics: Arc<Metrics>,
 }
 
@@ -296,19 +300,38 @@ impl SampleDBReconciler {
         match step {
             Step::CreateFirstJob => {
                 self.restore_source(context)?;
-                self.ensure_job(context, children::first_job(db, owner))
-                    .await
+                let restore_bucket = db.spec.restore.as_ref().and_then(|r| r.s3.as_ref());
+                let helper_image = self
+                    .bucket_ready(
+                        context,
+                        restore_bucket,
+                        "spec.restore.s3",
+                        "a restore from a bucket",
+                    )
+                    .await?;
+                let desired = children::first_job(db, owner, helper_image.as_deref());
+                self.ensure_job(context, desired).await
             }
             Step::CreateUpgradeJob { from, to } => {
                 let desired = children::upgrade_job(db, owner, from, to);
                 self.ensure_job(context, desired).await
             }
             Step::StartBackup { tick, .. } => {
-                let desired = children::backup_job(db, owner, current, *tick, None);
+                let helper_image = self.backup_bucket_ready(context).await?;
+                let desired =
+                    children::backup_job(db, owner, current, *tick, None, helper_image.as_deref());
                 self.ensure_job(context, desired).await
             }
             Step::BackUpNow { at, request } => {
-                let desired = children::backup_job(db, owner, current, *at, Some(request));
+                let helper_image = self.backup_bucket_ready(context).await?;
+                let desired = children::backup_job(
+                    db,
+                    owner,
+                    current,
+                    *at,
+                    Some(request),
+                    helper_image.as_deref(),
+                );
                 self.ensure_job(context, desired).await
             }
             Step::CreateFinalSnapshotJob { version } => {
@@ -332,6 +355,38 @@ impl SampleDBReconciler {
                     .await
             }
         }
+    }
+
+    /// With `s3` set, what a transfer to or from it needs (the operator's image, returned; the
+    /// Secret): checked before the Job is created, which would otherwise wait for its volume.
+    async fn bucket_ready(
+        &self,
+        context: &Context<'_>,
+        s3: Option<&S3Source>,
+        field: &str,
+        transfer: &str,
+    ) -> Result<Option<String>, Error> {
+        let Some(s3) = s3 else {
+            return Ok(None);
+        };
+        let client = &context.shared.client;
+        let helper_image = self.helper_image.as_deref();
+        bucket::ready(
+            client,
+            &context.namespace,
+            helper_image,
+            s3,
+            field,
+            transfer,
+        )
+        .await
+        .map(Some)
+    }
+
+    async fn backup_bucket_ready(&self, context: &Context<'_>) -> Result<Option<String>, Error> {
+        let s3 = context.object.spec.backup.s3.as_ref();
+        self.bucket_ready(context, s3, "spec.backup.s3", "a backup to a bucket")
+            .await
     }
 
     /// A clone's source must have a backups volume here: else its restore Job would wait for a
