@@ -39,19 +39,23 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ObjectStoreCommand {
-    /// Upload FILE to PATH (multipart, with its SHA-256); with --keep, then delete all but the
-    /// newest KEEP objects whose keys start with --series.
+    /// Upload FILE to PATH (multipart, with its SHA-256); with --series, then delete the
+    /// objects of the series beyond the newest --keep or older than --max-age-hours.
     Put {
         #[command(flatten)]
         bucket: BucketArgs,
         #[arg(long)]
         file: PathBuf,
-        /// Key prefix of the series this upload belongs to (`<key>_` of periodic backups).
-        #[arg(long, requires = "keep")]
+        /// Key prefix of the series this upload belongs to (`<key>_` of periodic etcd backups);
+        /// its keys go on with `yyyymmdd-hhmmss`.
+        #[arg(long)]
         series: Option<String>,
         /// How many objects of the series to keep.
         #[arg(long, requires = "series", value_parser = clap::value_parser!(u16).range(1..))]
         keep: Option<u16>,
+        /// Delete objects of the series older than this.
+        #[arg(long, requires = "series", value_parser = clap::value_parser!(u32).range(1..))]
+        max_age_hours: Option<u32>,
     },
     /// Download PATH to FILE (through FILE.part), refusing bytes that do not match the SHA-256
     /// they were uploaded with.
@@ -275,9 +279,15 @@ fn object_store(command: ObjectStoreCommand) -> ExitCode {
                 file,
                 series,
                 keep,
+                max_age_hours,
             } => {
-                let retain = series.as_deref().zip(keep.map(usize::from));
-                s3::put(&target(bucket)?, file, retain).await
+                let retention = series.clone().map(|series| s3::Retention {
+                    series,
+                    keep: keep.map(usize::from),
+                    max_age: max_age_hours
+                        .map(|hours| Duration::from_secs(u64::from(hours) * 3600)),
+                });
+                s3::put(&target(bucket)?, file, retention.as_ref()).await
             }
             ObjectStoreCommand::Get { bucket, file } => s3::get(&target(bucket)?, file).await,
         }

@@ -17,6 +17,7 @@ use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use k8s_openapi::jiff::{self, Timestamp};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::client::{
     ClientOptions, HttpClient, HttpError, HttpErrorKind, HttpRequest, HttpRequestBody,
@@ -179,12 +180,22 @@ fn store(target: &Target) -> Result<AmazonS3, S3Error> {
         .map_err(|error| S3Error::Store(one_line(&error)))
 }
 
-/// Uploads `file` to the target, then, with `retain`, deletes the objects of that series beyond
-/// the newest `keep`. Returns what it did, for the Job's log.
+/// Which objects of a series (keys starting with `series`, then `yyyymmdd-hhmmss`) to keep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub series: String,
+    /// The newest this many.
+    pub keep: Option<usize>,
+    /// None older than this.
+    pub max_age: Option<Duration>,
+}
+
+/// Uploads `file` to the target, then, with `retention`, deletes the objects of its series that
+/// it no longer keeps. Returns what it did, for the Job's log.
 pub async fn put(
     target: &Target,
     file: &Path,
-    retain: Option<(&str, usize)>,
+    retention: Option<&Retention>,
 ) -> Result<String, S3Error> {
     let checksum = sha256_of(file).await?;
     let store = store(target)?;
@@ -233,10 +244,15 @@ pub async fn put(
     }
     writer.finish().await.map_err(failed)?;
     let mut done = format!("uploaded {shown} ({size} bytes, sha256 {checksum})");
-    if let Some((prefix, keep)) = retain {
-        let prefix_path = ObjectPath::from(prefix);
+    if let Some(retention) = retention {
+        let prefix = retention.series.as_str();
+        // `object_store` lists whole path segments (`a/b` lists `a/b/…`, not `a/b_…`): list the
+        // series' directory; `expired` keeps to the series.
+        let directory = prefix
+            .rsplit_once('/')
+            .map(|(dir, _)| ObjectPath::from(dir));
         let listed: Vec<String> = store
-            .list(Some(&prefix_path))
+            .list(directory.as_ref())
             .map_ok(|meta| meta.location.to_string())
             .try_collect()
             .await
@@ -247,7 +263,7 @@ pub async fn put(
                     refusal(&target.location.bucket, &error)
                 ))
             })?;
-        let expired = expired(&listed, prefix, keep);
+        let expired = expired(&listed, retention, Timestamp::now());
         for key in &expired {
             store
                 .delete(&ObjectPath::from(key.as_str()))
@@ -261,7 +277,7 @@ pub async fn put(
                 })?;
         }
         done.push_str(&format!(
-            "; kept the newest {keep} of {prefix}*, deleted {}",
+            "; retention of {prefix}* deleted {}",
             if expired.is_empty() {
                 "none".to_owned()
             } else {
@@ -327,12 +343,33 @@ pub async fn get(target: &Target, file: &Path) -> Result<String, S3Error> {
     Ok(format!("downloaded {shown} ({size} bytes; {checked})"))
 }
 
-/// Keys of the series `prefix` beyond the newest `keep`. Their suffixes are
-/// `yyyymmdd-hhmmss`, so names sort by time.
-pub fn expired(listed: &[String], prefix: &str, keep: usize) -> Vec<String> {
+/// Keys of the series that `retention` no longer keeps: beyond the newest `keep`, or older than
+/// `max_age` at `now`. Their names go on with `yyyymmdd-hhmmss` (UTC), so they sort by time; the
+/// newest is always kept, and a key whose time does not parse is never deleted for its age.
+pub fn expired(listed: &[String], retention: &Retention, now: Timestamp) -> Vec<String> {
+    let prefix = retention.series.as_str();
     let mut series: Vec<&String> = listed.iter().filter(|k| k.starts_with(prefix)).collect();
     series.sort_unstable_by(|a, b| b.cmp(a));
-    series.into_iter().skip(keep).cloned().collect()
+    let too_old = |key: &str| {
+        let (Some(max_age), Some(stamp)) =
+            (retention.max_age, key.get(prefix.len()..prefix.len() + 15))
+        else {
+            return false;
+        };
+        let Ok(taken) = jiff::civil::DateTime::strptime("%Y%m%d-%H%M%S", stamp)
+            .and_then(|t| t.to_zoned(jiff::tz::TimeZone::UTC))
+        else {
+            return false;
+        };
+        now.duration_since(taken.timestamp()).unsigned_abs() > max_age
+    };
+    series
+        .into_iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(index, key)| retention.keep.is_some_and(|keep| *index >= keep) || too_old(key))
+        .map(|(_, key)| key.clone())
+        .collect()
 }
 
 /// What the store said, in one line: the status and S3's error code and message when it
@@ -491,7 +528,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_newest_of_a_series_are_kept() {
+    fn a_series_keeps_its_newest_by_count_and_by_age() {
         let listed: Vec<String> = [
             "ns/etcd.db_20261128-100000",
             "ns/etcd.db_20261128-120000",
@@ -500,11 +537,43 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
+        let retention = |keep: Option<usize>, hours: Option<u64>| Retention {
+            series: "ns/etcd.db_".into(),
+            keep,
+            max_age: hours.map(|h| Duration::from_secs(h * 3600)),
+        };
+        let now: Timestamp = "2026-11-28T12:30:00Z".parse().unwrap();
         assert_eq!(
-            expired(&listed, "ns/etcd.db_", 2),
+            expired(&listed, &retention(Some(2), None), now),
             ["ns/etcd.db_20261128-100000"]
         );
-        assert!(expired(&listed, "ns/etcd.db_", 3).is_empty());
+        assert!(expired(&listed, &retention(Some(3), None), now).is_empty());
+        // 11:00 is 1.5 h old, 10:00 2.5 h.
+        assert_eq!(
+            expired(&listed, &retention(None, Some(2)), now),
+            ["ns/etcd.db_20261128-100000"]
+        );
+        assert_eq!(
+            expired(&listed, &retention(None, Some(1)), now),
+            ["ns/etcd.db_20261128-110000", "ns/etcd.db_20261128-100000"]
+        );
+        // The newest stays, however old.
+        let later: Timestamp = "2026-12-28T12:30:00Z".parse().unwrap();
+        assert_eq!(expired(&listed, &retention(None, Some(1)), later).len(), 2);
+        // SampleDB's dumps: `<prefix>/<db>-backup-<yyyymmdd-hhmmss>.dump`.
+        let dumps = [
+            "k/db-backup-20261128-100000.dump".to_owned(),
+            "k/db-backup-20261128-120000.dump".to_owned(),
+        ];
+        let dump_retention = Retention {
+            series: "k/db-backup-".into(),
+            keep: None,
+            max_age: Some(Duration::from_secs(3600)),
+        };
+        assert_eq!(
+            expired(&dumps, &dump_retention, now),
+            ["k/db-backup-20261128-100000.dump"]
+        );
     }
 
     #[test]

@@ -1090,6 +1090,22 @@ impl Bucket {
         );
     }
 
+    /// Deletes `gone` (and waits until it is), then makes namespace `prefix-…` with the Secret
+    /// `bucket-keys`: the data is now only in the bucket.
+    async fn after_deleting(&self, gone: TestNamespace, prefix: &str) -> TestNamespace {
+        let name = gone.name.clone();
+        drop(gone);
+        kubectl_ok(&[
+            "wait",
+            "--for=delete",
+            &format!("namespace/{name}"),
+            "--timeout=180s",
+        ]);
+        let ns = TestNamespace::new(prefix).await;
+        self.secret(&ns, "bucket-keys", &self.secret_key);
+        ns
+    }
+
     /// `s3` of an EtcdBackup or a restore: the object `backups/<key>` through Secret `secret`.
     fn source(&self, key: &str, secret: &str) -> serde_json::Value {
         json!({
@@ -1171,6 +1187,21 @@ impl Bucket {
     }
 }
 
+/// How many backups of `kind` `name` succeeded: its BackupSucceeded events (each names its Job).
+fn succeeded_backups(ns: &TestNamespace, kind: &str, name: &str) -> usize {
+    kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.name,
+        &format!("--field-selector=reason=BackupSucceeded,involvedObject.kind={kind},involvedObject.name={name}"),
+        "-o",
+        "name",
+    ])
+    .lines()
+    .count()
+}
+
 /// EtcdBackup `name` as `kubectl get -o json` shows it.
 fn etcd_backup(ns: &TestNamespace, name: &str) -> serde_json::Value {
     let out = kubectl(&["get", "etcdbackup", name, "-n", &ns.name, "-o", "json"]);
@@ -1229,16 +1260,9 @@ async fn an_etcd_cluster_restored_from_a_bucket_after_its_namespace_was_deleted_
     );
 
     // The namespace, its cluster, its Secret and its EtcdBackup are gone; the object is not.
-    let gone = source_ns.name.clone();
-    drop(source_ns);
-    kubectl_ok(&[
-        "wait",
-        "--for=delete",
-        &format!("namespace/{gone}"),
-        "--timeout=180s",
-    ]);
-    let ns = TestNamespace::new("real-etcd-bucket-restored").await;
-    bucket.secret(&ns, "bucket-keys", &bucket.secret_key);
+    let ns = bucket
+        .after_deleting(source_ns, "real-etcd-bucket-restored")
+        .await;
     apply(
         &ns,
         &json!({
@@ -1352,19 +1376,7 @@ async fn an_etcd_cluster_restored_from_a_bucket_after_its_namespace_was_deleted_
         "three uploads, two kept",
         || async {
             let status = etcd_backup(&ns, "periodic")["status"].clone();
-            let succeeded = kubectl_ok(&[
-                "get",
-                "events",
-                "-n",
-                &ns.name,
-                "--field-selector=reason=BackupSucceeded,involvedObject.name=periodic",
-                "-o",
-                "jsonpath={range .items[*]}{.count}{\"\\n\"}{end}",
-            ]);
-            let uploads: u64 = succeeded
-                .lines()
-                .filter_map(|c| c.trim().parse::<u64>().ok())
-                .sum();
+            let uploads = succeeded_backups(&ns, "EtcdBackup", "periodic");
             let mut files: Vec<String> = status["snapshots"]
                 .as_array()?
                 .iter()
@@ -1385,6 +1397,89 @@ async fn an_etcd_cluster_restored_from_a_bucket_after_its_namespace_was_deleted_
     .await;
     println!("the bucket keeps {listed:?}");
     assert_eq!(listed.len(), 2, "maxBackups: {listed:?}");
+}
+
+/// PostgreSQL backed up to the bucket on a schedule and on demand while two clients write; the
+/// bucket keeps exactly `maxBackups` dumps; the namespace deleted; a clone in another namespace,
+/// restored from the on-demand dump (taken after the last write), holds every acknowledged row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampledb_cloned_from_a_bucket_after_its_namespace_was_deleted_holds_every_row() {
+    let bucket = Bucket::of_the_node();
+    let source_ns = TestNamespace::new("real-sdb-bucket").await;
+    bucket.secret(&source_ns, "bucket-keys", &bucket.secret_key);
+    let prefix = format!("{}/orders", source_ns.name);
+    let object = sampledb(
+        "orders",
+        "15",
+        json!({ "backup": {
+            "schedule": "*/15 * * * * *",
+            "s3": bucket.source(&prefix, "bucket-keys"),
+            "bucketRetention": { "maxBackups": 2 }
+        } }),
+    );
+    let writers = sampledb_writing(&source_ns, &object).await;
+    eventually(
+        Duration::from_secs(240),
+        "three scheduled dumps uploaded",
+        || async { (succeeded_backups(&source_ns, "SampleDB", "orders") >= 3).then_some(()) },
+    )
+    .await;
+    let history = writers.stop().await;
+
+    // No more scheduled backups; one on demand, after the last write.
+    merge_patch(
+        &source_ns,
+        "sdb",
+        "orders",
+        &json!({ "spec": { "backup": { "suspend": true } } }),
+    );
+    let before = sampledb_status(&source_ns, "orders")["backup"]["lastSuccessfulJob"].clone();
+    let request = Timestamp::now().to_string();
+    kubectl_ok(&[
+        "annotate",
+        "sdb",
+        "orders",
+        "-n",
+        &source_ns.name,
+        "--overwrite",
+        &format!("app-operator.example.com/backup-requested-at={request}"),
+    ]);
+    let job = eventually(
+        Duration::from_secs(180),
+        "the on-demand backup uploaded",
+        || async {
+            let backup = sampledb_status(&source_ns, "orders")["backup"].clone();
+            let job = backup["lastSuccessfulJob"].as_str()?.to_owned();
+            (backup["lastHandledRequest"].as_str() == Some(request.as_str())
+                && backup["lastSuccessfulJob"] != before)
+                .then_some(job)
+        },
+    )
+    .await;
+    let dump = format!("{prefix}/{job}.dump");
+    let kept = bucket.objects(&format!("{prefix}/"));
+    println!("the bucket keeps {kept:?}");
+    assert_eq!(kept.len(), 2, "bucketRetention.maxBackups: {kept:?}");
+    assert_eq!(kept.last(), Some(&dump), "the newest is the on-demand dump");
+
+    let ns = bucket
+        .after_deleting(source_ns, "real-sdb-bucket-clone")
+        .await;
+    apply(
+        &ns,
+        &sampledb(
+            "copy",
+            "15",
+            json!({ "restore": { "s3": bucket.source(&dump, "bucket-keys") } }),
+        ),
+    );
+    sampledb_read_back(
+        &ns,
+        "copy",
+        &history,
+        "PostgreSQL backed up to a bucket, its namespace deleted, cloned in another",
+    )
+    .await;
 }
 
 /// One CA and the certificates a user makes for TLS EtcdClusters `clusters` in a namespace, in

@@ -16,10 +16,19 @@ const CREDENTIALS_VOLUME: &str = "s3-credentials";
 
 /// Which way the snapshot goes.
 pub enum Transfer<'a> {
-    /// Upload the file; then keep the newest `keep` objects whose keys start with `series`.
-    Put { series: Option<(&'a str, i32)> },
+    /// Upload the file; then apply the series' retention.
+    Put { retention: Option<Retention<'a>> },
     /// Download to the file (checked against the upload's SHA-256).
     Get,
+}
+
+/// What a series of uploads keeps: objects whose keys start with `series` (then
+/// `yyyymmdd-hhmmss`), the newest `keep`, none older than `max_age_hours`.
+#[derive(Clone, Copy)]
+pub struct Retention<'a> {
+    pub series: &'a str,
+    pub keep: Option<i32>,
+    pub max_age_hours: Option<i64>,
 }
 
 /// The container (named `name`) and the Secret's volume it needs. `object` is the
@@ -52,11 +61,16 @@ pub fn transfer_container(
         args.push("--force-path-style".to_owned());
     }
     if let Transfer::Put {
-        series: Some((series, keep)),
+        retention: Some(retention),
     } = transfer
     {
-        args.push(format!("--series={series}"));
-        args.push(format!("--keep={keep}"));
+        args.push(format!("--series={}", retention.series));
+        if let Some(keep) = retention.keep {
+            args.push(format!("--keep={keep}"));
+        }
+        if let Some(hours) = retention.max_age_hours {
+            args.push(format!("--max-age-hours={hours}"));
+        }
     }
     let container = Container {
         name: name.to_owned(),
@@ -68,6 +82,24 @@ pub fn transfer_container(
         ..Container::default()
     };
     (container, volume)
+}
+
+/// A `fetch` container downloading `s3`'s object to `file`, before a restore reads it.
+pub fn fetch_container(
+    helper_image: &str,
+    s3: &S3Source,
+    file: &str,
+    mount: VolumeMount,
+) -> (Container, Volume) {
+    transfer_container(
+        "fetch",
+        helper_image,
+        s3,
+        &s3.path,
+        &Transfer::Get,
+        file,
+        mount,
+    )
 }
 
 /// The key of a snapshot: `<key>` for a single backup, `<key>_<yyyymmdd-hhmmss>` for each of a
@@ -85,9 +117,35 @@ pub fn series_prefix(path: &str) -> String {
     format!("{key}_")
 }
 
+/// What a transfer needs before its Pod is created: the operator's image (returned), and the
+/// Secret that `field` (`…s3`) names. `transfer` says what runs, for the message.
+pub async fn ready(
+    client: &kube::Client,
+    namespace: &str,
+    helper_image: Option<&str>,
+    s3: &S3Source,
+    field: &str,
+    transfer: &str,
+) -> Result<String, Error> {
+    let helper_image = helper_image.ok_or_else(|| Error::Waiting {
+        reason: "HelperImageUnknown",
+        message: format!(
+            "{transfer} runs the operator's own image, which this operator does not know: it runs outside a Pod; start it with --helper-image (APP_OPERATOR_HELPER_IMAGE) naming its image"
+        ),
+    })?;
+    credentials_exist(
+        client,
+        namespace,
+        &s3.aws_secret,
+        &format!("{field}.awsSecret"),
+    )
+    .await?;
+    Ok(helper_image.to_owned())
+}
+
 /// The Secret `field` names exists, read by its metadata only (the operator never reads the
 /// credentials): without it the Pod would wait for its volume, saying so only in events.
-pub async fn credentials_exist(
+async fn credentials_exist(
     client: &kube::Client,
     namespace: &str,
     secret: &str,
@@ -132,7 +190,11 @@ mod tests {
             &s3,
             &object,
             &Transfer::Put {
-                series: Some(("ns/etcd.db_", 2)),
+                retention: Some(Retention {
+                    series: "ns/etcd.db_",
+                    keep: Some(2),
+                    max_age_hours: None,
+                }),
             },
             "/backups/snapshot.db",
             VolumeMount {

@@ -31,6 +31,9 @@ use crate::reconcile::runner::{HasStatus, Settings};
 pub struct Wiring {
     pub settings: Settings,
     pub etcd: etcdcluster::EtcdSettings,
+    /// The operator's own image, which the Pods that move backups to and from buckets run
+    /// (`app-operator object-store`); unknown outside a Pod without `--helper-image`.
+    pub helper_image: Option<String>,
 }
 
 /// Every controller, once: its `--controllers` value (the variant, lower-cased) and its module,

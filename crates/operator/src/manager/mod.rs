@@ -167,8 +167,8 @@ pub fn start_controllers(
         etcd: EtcdSettings {
             addressing: options.etcd_addressing,
             client: options.etcd_client.0.clone(),
-            helper_image: options.helper_image.clone(),
         },
+        helper_image: options.helper_image.clone(),
     };
     for kind in &options.controllers {
         let stop = shutdown.clone().cancelled_owned();

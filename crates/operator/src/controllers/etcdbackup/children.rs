@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::controllers::bucket::{Transfer, transfer_container};
+use crate::controllers::bucket::{Retention, Transfer, transfer_container};
 use crate::controllers::etcdcluster::secret_volume;
 use crate::controllers::restricted::{NON_ROOT, pod_security_context, restrict};
 use crate::etcd::tls::{CLIENT_CA, CLIENT_CERT, CLIENT_KEY};
@@ -225,7 +225,13 @@ pub fn backup_job(backup: &EtcdBackup, owner: &OwnerReference, spec: &SnapshotJo
             helper_image,
             s3,
             object,
-            &Transfer::Put { series: *series },
+            &Transfer::Put {
+                retention: series.map(|(series, keep)| Retention {
+                    series,
+                    keep: Some(keep),
+                    max_age_hours: None,
+                }),
+            },
             &path,
             snapshots,
         );
@@ -299,28 +305,39 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn the_job_saves_then_reads_the_snapshot_in_the_claim_within_its_deadline() {
+    /// The Job of `nightly` at 2026-11-23T10:30:00Z, from `endpoint`, to `destination`.
+    fn job_of(
+        destination: Destination<'_>,
+        endpoint: &str,
+        client_tls_secret: Option<&str>,
+    ) -> Job {
         let backup = backup(serde_json::json!({ "etcdCluster": { "name": "etcd" } }));
-        let owner = OwnerReference::default();
-        let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
-        let job = backup_job(
+        backup_job(
             &backup,
-            &owner,
+            &OwnerReference::default(),
             &SnapshotJob {
-                tick,
+                tick: "2026-11-23T10:30:00Z".parse().unwrap(),
                 skipped: 0,
-                destination: Destination::Claim {
-                    file: "nightly-0.db",
-                },
-                endpoint: "http://10.0.0.1:2379",
+                destination,
+                endpoint,
                 image: "etcd:v3.6.16".into(),
                 revision: 42,
                 etcd_version: "3.6.16",
                 db_size: 20480,
                 timeout_seconds: 60,
-                client_tls_secret: None,
+                client_tls_secret,
             },
+        )
+    }
+
+    #[test]
+    fn the_job_saves_then_reads_the_snapshot_in_the_claim_within_its_deadline() {
+        let job = job_of(
+            Destination::Claim {
+                file: "nightly-0.db",
+            },
+            "http://10.0.0.1:2379",
+            None,
         );
         assert_eq!(job.name_any(), "nightly-20261123-103000");
         assert_eq!(job.annotations()[REVISION_ANNOTATION], "42");
@@ -348,33 +365,21 @@ mod tests {
 
     #[test]
     fn a_bucket_backup_saves_and_reads_the_snapshot_in_an_emptydir_then_uploads_it() {
-        let backup = backup(serde_json::json!({ "etcdCluster": { "name": "etcd" } }));
         let s3 = S3Source {
             path: "backups/ns/etcd.db".into(),
             aws_secret: "keys".into(),
             endpoint: None,
             force_path_style: false,
         };
-        let job = backup_job(
-            &backup,
-            &OwnerReference::default(),
-            &SnapshotJob {
-                tick: "2026-11-23T10:30:00Z".parse().unwrap(),
-                skipped: 0,
-                destination: Destination::Bucket {
-                    s3: &s3,
-                    object: "backups/ns/etcd.db",
-                    series: None,
-                    helper_image: "app-operator:v1",
-                },
-                endpoint: "http://10.0.0.1:2379",
-                image: "etcd:v3.6.16".into(),
-                revision: 42,
-                etcd_version: "3.6.16",
-                db_size: 20480,
-                timeout_seconds: 60,
-                client_tls_secret: None,
+        let job = job_of(
+            Destination::Bucket {
+                s3: &s3,
+                object: "backups/ns/etcd.db",
+                series: None,
+                helper_image: "app-operator:v1",
             },
+            "http://10.0.0.1:2379",
+            None,
         );
         assert_eq!(job.annotations()[FILE_ANNOTATION], "backups/ns/etcd.db");
         let pod = job.spec.unwrap().template.spec.unwrap();
@@ -400,24 +405,12 @@ mod tests {
 
     #[test]
     fn a_tls_clusters_snapshot_is_taken_with_the_operators_client_certificate() {
-        let backup = backup(serde_json::json!({ "etcdCluster": { "name": "etcd" } }));
-        let job = backup_job(
-            &backup,
-            &OwnerReference::default(),
-            &SnapshotJob {
-                tick: "2026-11-23T10:30:00Z".parse().unwrap(),
-                skipped: 0,
-                destination: Destination::Claim {
-                    file: "nightly-0.db",
-                },
-                endpoint: "https://etcd-abcde12345.etcd.ns.svc:2379",
-                image: "etcd:v3.6.16".into(),
-                revision: 42,
-                etcd_version: "3.6.16",
-                db_size: 20480,
-                timeout_seconds: 60,
-                client_tls_secret: Some("etcd-operator-tls"),
+        let job = job_of(
+            Destination::Claim {
+                file: "nightly-0.db",
             },
+            "https://etcd-abcde12345.etcd.ns.svc:2379",
+            Some("etcd-operator-tls"),
         );
         let pod = job.spec.unwrap().template.spec.unwrap();
         let save = &pod.init_containers.as_ref().unwrap()[0];

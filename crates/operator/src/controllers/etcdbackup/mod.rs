@@ -64,7 +64,7 @@ const JOB_HISTORY: usize = 3;
 
 pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let settings = wiring.settings;
-    let (addressing, etcd) = (wiring.etcd.addressing, wiring.etcd.client.clone());
+    let (addressing, etcd) = (wiring.etcd.addressing, wiring.etcd.client);
     let mut runner = Runner::<EtcdBackup>::new(NAME, &settings).children(children::INSTANCE_LABEL);
     let reconciler = EtcdBackupReconciler {
         jobs: runner.owns(),
@@ -72,7 +72,7 @@ pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Syn
         claims: runner.owns(),
         addressing,
         etcd,
-        helper_image: wiring.etcd.helper_image,
+        helper_image: wiring.helper_image,
         metrics: settings.metrics.clone(),
     };
     runner.run(reconciler, shutdown).await;
@@ -480,18 +480,15 @@ impl EtcdBackupReconciler {
     /// (returned), and the Secret it mounts (by its metadata only: the operator never reads
     /// credentials).
     async fn bucket(&self, context: &Context<'_>, s3: &S3Source) -> Result<String, Error> {
-        let helper_image = self.helper_image.clone().ok_or_else(|| Error::Waiting {
-            reason: "HelperImageUnknown",
-            message: "backups to a bucket run the operator's own image, which this operator does not know: it runs outside a Pod; start it with --helper-image (APP_OPERATOR_HELPER_IMAGE) naming its image".into(),
-        })?;
-        bucket::credentials_exist(
+        bucket::ready(
             &context.shared.client,
             &context.namespace,
-            &s3.aws_secret,
-            "spec.s3.awsSecret",
+            self.helper_image.as_deref(),
+            s3,
+            "spec.s3",
+            "a backup to a bucket",
         )
-        .await?;
-        Ok(helper_image)
+        .await
     }
 
     /// Makes sure the claim snapshots go to is there: the one the spec names must exist, ours

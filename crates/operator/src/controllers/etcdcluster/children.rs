@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use crate::controllers::bucket::{Transfer, transfer_container};
+use crate::controllers::bucket::fetch_container;
 use crate::controllers::restricted::{NON_ROOT, pod_security_context, restrict};
 use crate::etcd::address::{Addressing, CLIENT_PORT, PEER_PORT, scheme};
 use crate::etcd::version::Version;
@@ -233,12 +233,9 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
             // Downloaded (and checked) into an emptyDir first.
             (Some(s3), Some(helper_image)) => {
                 let file = format!("{SNAPSHOT_MOUNT}/{DOWNLOADED_SNAPSHOT}");
-                let (fetch, credentials) = transfer_container(
-                    "fetch",
+                let (fetch, credentials) = fetch_container(
                     helper_image,
                     s3,
-                    &s3.path,
-                    &Transfer::Get,
                     &file,
                     VolumeMount {
                         read_only: None,

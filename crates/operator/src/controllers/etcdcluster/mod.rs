@@ -60,8 +60,6 @@ const HEALTH_POLL: Duration = Duration::from_secs(15);
 pub struct EtcdSettings {
     pub addressing: Addressing,
     pub client: Arc<dyn EtcdApi>,
-    /// The operator's own image, for the Pods that move snapshots to and from buckets.
-    pub helper_image: Option<String>,
 }
 
 pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
@@ -73,6 +71,7 @@ pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Syn
         budgets: Owned::new(runner.owns(), OnImmutable::Recreate),
         claims: runner.owns(),
         etcd,
+        helper_image: wiring.helper_image,
         metrics: settings.metrics.clone(),
     };
     runner.run(reconciler, shutdown).await;
@@ -84,6 +83,8 @@ struct EtcdClusterReconciler {
     budgets: Owned<PodDisruptionBudget>,
     claims: Store<PersistentVolumeClaim>,
     etcd: EtcdSettings,
+    /// The operator's image, which downloads a snapshot from a bucket.
+    helper_image: Option<String>,
     metrics: Arc<Metrics>,
 }
 
@@ -356,9 +357,9 @@ impl EtcdClusterReconciler {
             Step::Bootstrap { pod } => {
                 let peer = self.peer_url(context, pod);
                 let restore = match &context.object.spec.restore {
-                    Some(source) => Some(
-                        restore_source(context, source, self.etcd.helper_image.is_some()).await?,
-                    ),
+                    Some(source) => {
+                        Some(restore_source(context, source, self.helper_image.as_deref()).await?)
+                    }
                     None => None,
                 };
                 self.create_member_pod(
@@ -569,7 +570,7 @@ impl EtcdClusterReconciler {
             state,
             addressing: self.etcd.addressing,
             restore,
-            helper_image: self.etcd.helper_image.as_deref(),
+            helper_image: self.helper_image.as_deref(),
         };
         let member = children::member_pod(context.object, &context.owner, &spec);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &context.namespace);
@@ -679,19 +680,23 @@ fn restored(restore: &RestoreStatus) -> String {
 async fn restore_source(
     context: &Target<'_, EtcdCluster>,
     source: &RestoreSource,
-    helper_image: bool,
+    helper_image: Option<&str>,
 ) -> Result<RestoreStatus, Error> {
     let (client, namespace) = (&context.shared.client, &context.namespace);
     let bucket_needs = |s3: &S3Source| {
-        let secret = s3.aws_secret.clone();
+        let s3 = s3.clone();
         async move {
-            if !helper_image {
-                return Err(Error::Waiting {
-                    reason: "HelperImageUnknown",
-                    message: "a restore from a bucket runs the operator's own image, which this operator does not know: it runs outside a Pod; start it with --helper-image (APP_OPERATOR_HELPER_IMAGE) naming its image".into(),
-                });
-            }
-            bucket::credentials_exist(client, namespace, &secret, "spec.restore.s3.awsSecret").await
+            let field = "spec.restore.s3";
+            bucket::ready(
+                client,
+                namespace,
+                helper_image,
+                &s3,
+                field,
+                "a restore from a bucket",
+            )
+            .await
+            .map(|_| ())
         }
     };
     let name = match (&source.backup_name, &source.s3) {
