@@ -996,7 +996,6 @@ async fn etcd_keeps_every_acknowledged_write_when_the_leader_and_a_follower_are_
 /// snapshot holds every acknowledged key with its value, and says which snapshot it started from.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_cluster_restored_from_an_etcdbackup_holds_every_acknowledged_write() {
-    use testkit::history::Store;
     let ns = TestNamespace::new("real-etcd-restore").await;
     let (store, writers) = etcd_with_writers(
         &ns,
@@ -1033,15 +1032,32 @@ async fn an_etcd_cluster_restored_from_an_etcdbackup_holds_every_acknowledged_wr
         "the status names the snapshot: {}",
         restored["status"]
     );
-    let address = service_address(&ns, "restored-client").await;
+    restored_holds(
+        &ns,
+        "restored",
+        &history,
+        "etcd backed up and restored into a new cluster",
+    )
+    .await;
+}
+
+/// Reads every key under `kept/` back from EtcdCluster `cluster` (through its client Service)
+/// and checks `history` against them; returns the store and what it read.
+async fn restored_holds(
+    ns: &TestNamespace,
+    cluster: &str,
+    history: &testkit::history::History,
+    scenario: &str,
+) -> (testkit::etcd_store::EtcdStore, BTreeMap<String, String>) {
+    use testkit::history::Store;
+    let address = service_address(ns, &format!("{cluster}-client")).await;
     let restored = testkit::etcd_store::EtcdStore::new(format!("http://{address}:2379"));
     let read = eventually(TIMEOUT, "every key read back", || async {
         restored.read_all("kept/").await.ok()
     })
     .await;
-    history
-        .check(&read)
-        .assert_kept("etcd backed up and restored into a new cluster");
+    history.check(&read).assert_kept(scenario);
+    (restored, read)
 }
 
 /// The real node's S3-compatible store (`.local/cluster/node/object-store.json`, written by
@@ -1273,15 +1289,13 @@ async fn an_etcd_cluster_restored_from_a_bucket_after_its_namespace_was_deleted_
         }),
     );
     etcd_settled(&ns, "restored", 3).await;
-    let address = service_address(&ns, "restored-client").await;
-    let restored = testkit::etcd_store::EtcdStore::new(format!("http://{address}:2379"));
-    let read = eventually(TIMEOUT, "every key read back", || async {
-        restored.read_all("kept/").await.ok()
-    })
+    let (restored, read) = restored_holds(
+        &ns,
+        "restored",
+        &history,
+        "etcd backed up to a bucket, its namespace deleted, restored in another",
+    )
     .await;
-    history
-        .check(&read)
-        .assert_kept("etcd backed up to a bucket, its namespace deleted, restored in another");
 
     // An object damaged at rest is refused before etcd reads it.
     let damaged = format!("{}/damaged.db", ns.name);
