@@ -201,12 +201,7 @@ pub async fn put(
     let store = store(target)?;
     let path = ObjectPath::from(target.location.key.as_str());
     let shown = format!("{}/{}", target.location.bucket, target.location.key);
-    let failed = |error: object_store::Error| {
-        S3Error::Store(format!(
-            "uploading {shown}: {}",
-            refusal(&target.location.bucket, &error)
-        ))
-    };
+    let failed = |error| store_error(target, "uploading", &target.location.key, &error);
     let attributes = Attributes::from_iter([(
         Attribute::Metadata(CHECKSUM_METADATA.into()),
         checksum.clone(),
@@ -256,25 +251,13 @@ pub async fn put(
             .map_ok(|meta| meta.location.to_string())
             .try_collect()
             .await
-            .map_err(|error| {
-                S3Error::Store(format!(
-                    "listing {}/{prefix}: {}",
-                    target.location.bucket,
-                    refusal(&target.location.bucket, &error)
-                ))
-            })?;
+            .map_err(|error| store_error(target, "listing", prefix, &error))?;
         let expired = expired(&listed, retention, Timestamp::now());
         for key in &expired {
             store
                 .delete(&ObjectPath::from(key.as_str()))
                 .await
-                .map_err(|error| {
-                    S3Error::Store(format!(
-                        "deleting {}/{key}: {}",
-                        target.location.bucket,
-                        refusal(&target.location.bucket, &error)
-                    ))
-                })?;
+                .map_err(|error| store_error(target, "deleting", key, &error))?;
         }
         done.push_str(&format!(
             "; retention of {prefix}* deleted {}",
@@ -293,12 +276,7 @@ pub async fn put(
 pub async fn get(target: &Target, file: &Path) -> Result<String, S3Error> {
     let store = store(target)?;
     let shown = format!("{}/{}", target.location.bucket, target.location.key);
-    let failed = |error: object_store::Error| {
-        S3Error::Store(format!(
-            "downloading {shown}: {}",
-            refusal(&target.location.bucket, &error)
-        ))
-    };
+    let failed = |error| store_error(target, "downloading", &target.location.key, &error);
     let result = store
         .get(&ObjectPath::from(target.location.key.as_str()))
         .await
@@ -372,15 +350,18 @@ pub fn expired(listed: &[String], retention: &Retention, now: Timestamp) -> Vec<
         .collect()
 }
 
-/// What the store said, in one line: the status and S3's error code and message when it
-/// answered, else the innermost cause (a refused connection, an unknown host).
-fn refusal(bucket: &str, error: &object_store::Error) -> String {
+/// `<action> <bucket>/<key>: ` and what the store said, in one line: the status and S3's error
+/// code and message when it answered, else the innermost cause (a refused connection, an
+/// unknown host).
+fn store_error(target: &Target, action: &str, key: &str, error: &object_store::Error) -> S3Error {
+    let bucket = &target.location.bucket;
     let line = one_line(error);
-    if line.starts_with("403 ") {
+    let said = if line.starts_with("403 ") {
         format!("the bucket {bucket} refused the Secret's credentials: {line}")
     } else {
         line
-    }
+    };
+    S3Error::Store(format!("{action} {bucket}/{key}: {said}"))
 }
 
 fn one_line(error: &(dyn std::error::Error + 'static)) -> String {

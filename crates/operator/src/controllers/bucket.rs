@@ -111,10 +111,14 @@ pub fn series_object(path: &str, stamp: Option<&str>) -> String {
     }
 }
 
+/// The key of `<bucket>/<key>`.
+pub fn key(path: &str) -> &str {
+    path.split_once('/').map_or("", |(_, key)| key)
+}
+
 /// The key prefix a periodic series shares: `<key>_` of `<bucket>/<key>`.
 pub fn series_prefix(path: &str) -> String {
-    let key = path.split_once('/').map_or(path, |(_, key)| key);
-    format!("{key}_")
+    format!("{}_", key(path))
 }
 
 /// What a transfer needs before its Pod is created: the operator's image (returned), and the

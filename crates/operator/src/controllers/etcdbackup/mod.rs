@@ -317,19 +317,13 @@ impl EtcdBackupReconciler {
                     context.namespace
                 ),
             })?;
-        let helper_image = match backup.spec.storage_type {
-            BackupStorageType::PersistentVolume => {
-                self.destination(context).await?;
-                None
-            }
-            BackupStorageType::S3 => Some(self.bucket(context, s3(backup)?).await?),
-        };
-        let source = self
-            .source(&context.shared.client, &cluster, &context.namespace)
-            .await?;
+        let policy = policy(backup);
         let kept = backup.status.as_ref().map(|s| s.snapshots.as_slice());
-        let slot = next_slot(kept.unwrap_or_default(), policy(backup).max_backups);
-        let file = children::snapshot_file(&context.name, slot);
+        let file = children::snapshot_file(
+            &context.name,
+            next_slot(kept.unwrap_or_default(), policy.max_backups),
+        );
+        // A periodic series to a bucket: `<key>_<yyyymmdd-hhmmss>`, sharing the prefix `<key>_`.
         let periodic = matches!(desired(backup).repeat, Repeat::Every(_));
         let stamp = tick.strftime("%Y%m%d-%H%M%S").to_string();
         let (object, series) = match &backup.spec.s3 {
@@ -340,17 +334,26 @@ impl EtcdBackupReconciler {
             Some(s3) => (s3.path.clone(), None),
             None => (String::new(), None),
         };
-        let destination = match (&backup.spec.s3, &helper_image) {
-            (Some(s3), Some(helper_image)) => Destination::Bucket {
-                s3,
-                object: &object,
-                series: series
-                    .as_deref()
-                    .map(|prefix| (prefix, policy(backup).max_backups)),
-                helper_image,
-            },
-            _ => Destination::Claim { file: &file },
+        let helper_image;
+        let destination = match backup.spec.storage_type {
+            BackupStorageType::PersistentVolume => {
+                self.destination(context).await?;
+                Destination::Claim { file: &file }
+            }
+            BackupStorageType::S3 => {
+                let s3 = s3(backup)?;
+                helper_image = self.bucket(context, s3).await?;
+                Destination::Bucket {
+                    s3,
+                    object: &object,
+                    series: series.as_deref().map(|prefix| (prefix, policy.max_backups)),
+                    helper_image: &helper_image,
+                }
+            }
         };
+        let source = self
+            .source(&context.shared.client, &cluster, &context.namespace)
+            .await?;
         let file = destination.file().to_owned();
         let version = Version::parse(&source.version)
             .or_else(|| Version::parse(&cluster.spec.version))
@@ -370,7 +373,7 @@ impl EtcdBackupReconciler {
                 revision: source.revision,
                 etcd_version: &source.version,
                 db_size: source.db_size,
-                timeout_seconds: policy(backup).timeout_in_second,
+                timeout_seconds: policy.timeout_in_second,
                 client_tls_secret: cluster.spec.operator_tls_secret(),
             },
         );

@@ -19,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::scripts;
-use crate::controllers::bucket::{Retention, Transfer, fetch_container, transfer_container};
+use crate::controllers::bucket::{self, Retention, Transfer, fetch_container, transfer_container};
 use crate::controllers::restricted::{pod_security_context, restrict, scratch};
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
@@ -599,8 +599,7 @@ pub fn backup_job(
 
 /// The key prefix dumps go under in `path` (`<bucket>/<key>`): `<key>/`.
 fn key_prefix(path: &str) -> String {
-    let key = path.split_once('/').map_or("", |(_, key)| key);
-    format!("{}/", key.trim_end_matches('/'))
+    format!("{}/", bucket::key(path).trim_end_matches('/'))
 }
 
 /// The object (`<bucket>/<key>/<file>`) a dump is uploaded to.
