@@ -11,6 +11,7 @@ use app_operator::manager::leader::LeaderElection;
 use app_operator::manager::{self, ControllerKind, Options, Timeouts};
 use app_operator::s3;
 use clap::{Parser, Subcommand, ValueEnum};
+use k8s_openapi::jiff::Timestamp;
 
 #[derive(Parser)]
 #[command(
@@ -56,6 +57,10 @@ enum ObjectStoreCommand {
         /// Delete objects of the series older than this.
         #[arg(long, requires = "series", value_parser = clap::value_parser!(u32).range(1..))]
         max_age_hours: Option<u32>,
+        /// Never replace an object: the same bytes already there succeed, other bytes fail
+        /// (PostgreSQL's archive_command contract).
+        #[arg(long, conflicts_with = "series")]
+        if_absent: bool,
     },
     /// Download PATH to FILE (through FILE.part), refusing bytes that do not match the SHA-256
     /// they were uploaded with.
@@ -64,6 +69,16 @@ enum ObjectStoreCommand {
         bucket: BucketArgs,
         #[arg(long)]
         file: PathBuf,
+        /// PATH is a directory: download the object in it uploaded last at or before this time
+        /// (RFC 3339).
+        #[arg(long)]
+        latest_before: Option<Timestamp>,
+    },
+    /// Copy this binary to TO, for a container of another image (PostgreSQL's archive_command
+    /// and restore_command run it).
+    Install {
+        #[arg(long)]
+        to: PathBuf,
     },
 }
 
@@ -280,6 +295,7 @@ fn object_store(command: ObjectStoreCommand) -> ExitCode {
                 series,
                 keep,
                 max_age_hours,
+                if_absent,
             } => {
                 let retention = series.clone().map(|series| s3::Retention {
                     series,
@@ -287,9 +303,14 @@ fn object_store(command: ObjectStoreCommand) -> ExitCode {
                     max_age: max_age_hours
                         .map(|hours| Duration::from_secs(u64::from(hours) * 3600)),
                 });
-                s3::put(&target(bucket)?, file, retention.as_ref()).await
+                s3::put(&target(bucket)?, file, retention.as_ref(), *if_absent).await
             }
-            ObjectStoreCommand::Get { bucket, file } => s3::get(&target(bucket)?, file).await,
+            ObjectStoreCommand::Get {
+                bucket,
+                file,
+                latest_before,
+            } => s3::get(&target(bucket)?, file, *latest_before).await,
+            ObjectStoreCommand::Install { to } => s3::install(to),
         }
     });
     match done {

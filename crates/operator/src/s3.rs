@@ -25,8 +25,8 @@ use object_store::client::{
 };
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    Attribute, Attributes, ObjectStore, ObjectStoreExt, PutMultipartOptions, RetryConfig,
-    WriteMultipart,
+    Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutMultipartOptions,
+    RetryConfig, WriteMultipart,
 };
 use ring::digest::{Context, SHA256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -191,17 +191,42 @@ pub struct Retention {
 }
 
 /// Uploads `file` to the target, then, with `retention`, deletes the objects of its series that
-/// it no longer keeps. Returns what it did, for the Job's log.
+/// it no longer keeps. With `if_absent` (WAL archiving) an object already there is never
+/// replaced: the same bytes are done already, other bytes are an error (another database
+/// archiving to the same path would otherwise overwrite the history a restore needs). Returns
+/// what it did, for the Job's log.
 pub async fn put(
     target: &Target,
     file: &Path,
     retention: Option<&Retention>,
+    if_absent: bool,
 ) -> Result<String, S3Error> {
     let checksum = sha256_of(file).await?;
     let store = store(target)?;
     let path = ObjectPath::from(target.location.key.as_str());
     let shown = format!("{}/{}", target.location.bucket, target.location.key);
     let failed = |error| store_error(target, "uploading", &target.location.key, &error);
+    if if_absent {
+        let head = GetOptions {
+            head: true,
+            ..GetOptions::default()
+        };
+        match store.get_opts(&path, head).await {
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(error) => return Err(failed(error)),
+            Ok(existing) => {
+                return match uploaded_checksum(&existing.attributes) {
+                    Some(uploaded) if uploaded == checksum => Ok(format!(
+                        "{shown} already holds these bytes (sha256 {checksum})"
+                    )),
+                    uploaded => Err(S3Error::Store(format!(
+                        "{shown} already holds other bytes (sha256 {}, this file's is {checksum}): not replaced; is another database archiving to this path?",
+                        uploaded.as_deref().unwrap_or("unknown")
+                    ))),
+                };
+            }
+        }
+    }
     let attributes = Attributes::from_iter([(
         Attribute::Metadata(CHECKSUM_METADATA.into()),
         checksum.clone(),
@@ -273,18 +298,46 @@ pub async fn put(
 
 /// Downloads the target to `file`, through `<file>.part`, refusing an object whose bytes do not
 /// match the SHA-256 it was uploaded with.
-pub async fn get(target: &Target, file: &Path) -> Result<String, S3Error> {
+///
+/// With `latest_before`, the target's key is a directory, and the object downloaded is the one
+/// in it uploaded last at or before that time (a base backup a point-in-time restore starts
+/// from).
+pub async fn get(
+    target: &Target,
+    file: &Path,
+    latest_before: Option<Timestamp>,
+) -> Result<String, S3Error> {
     let store = store(target)?;
-    let shown = format!("{}/{}", target.location.bucket, target.location.key);
-    let failed = |error| store_error(target, "downloading", &target.location.key, &error);
+    let key = match latest_before {
+        None => target.location.key.clone(),
+        Some(time) => {
+            let directory = &target.location.key;
+            let listed: Vec<(String, Timestamp)> = store
+                .list(Some(&ObjectPath::from(directory.as_str())))
+                .map_ok(|meta| {
+                    let uploaded =
+                        Timestamp::from_millisecond(meta.last_modified.timestamp_millis())
+                            .unwrap_or(Timestamp::MAX);
+                    (meta.location.to_string(), uploaded)
+                })
+                .try_collect()
+                .await
+                .map_err(|error| store_error(target, "listing", directory, &error))?;
+            latest_uploaded_before(&listed, time).ok_or_else(|| {
+                S3Error::Store(format!(
+                    "no object under {}/{directory}/ was uploaded at or before {time}: the restore needs a backup taken before the time it restores to",
+                    target.location.bucket
+                ))
+            })?
+        }
+    };
+    let shown = format!("{}/{key}", target.location.bucket);
+    let failed = |error| store_error(target, "downloading", &key, &error);
     let result = store
-        .get(&ObjectPath::from(target.location.key.as_str()))
+        .get(&ObjectPath::from(key.as_str()))
         .await
         .map_err(failed)?;
-    let expected = result
-        .attributes
-        .get(&Attribute::Metadata(CHECKSUM_METADATA.into()))
-        .map(|value| value.to_string());
+    let expected = uploaded_checksum(&result.attributes);
     let mut partial = file.as_os_str().to_owned();
     partial.push(".part");
     let partial = PathBuf::from(partial);
@@ -319,6 +372,37 @@ pub async fn get(target: &Target, file: &Path) -> Result<String, S3Error> {
         .await
         .map_err(|source| io_error("renaming", &partial, source))?;
     Ok(format!("downloaded {shown} ({size} bytes; {checked})"))
+}
+
+/// Copies this binary to `to` (through `<to>.part`, executable by all), so a container of
+/// another image can run `object-store` from a shared volume.
+pub fn install(to: &Path) -> Result<String, S3Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let this = std::env::current_exe().map_err(|source| io_error("finding", to, source))?;
+    let mut partial = to.as_os_str().to_owned();
+    partial.push(".part");
+    let partial = PathBuf::from(partial);
+    std::fs::copy(&this, &partial).map_err(|source| io_error("copying to", &partial, source))?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
+        .map_err(|source| io_error("making executable", &partial, source))?;
+    std::fs::rename(&partial, to).map_err(|source| io_error("renaming", &partial, source))?;
+    Ok(format!("installed {} as {}", this.display(), to.display()))
+}
+
+/// The key, of those listed with their upload times, uploaded last at or before `time`.
+pub fn latest_uploaded_before(listed: &[(String, Timestamp)], time: Timestamp) -> Option<String> {
+    listed
+        .iter()
+        .filter(|(_, uploaded)| *uploaded <= time)
+        .max_by_key(|(key, uploaded)| (*uploaded, key.clone()))
+        .map(|(key, _)| key.clone())
+}
+
+/// The SHA-256 an object was uploaded with (`x-amz-meta-sha256`).
+fn uploaded_checksum(attributes: &Attributes) -> Option<String> {
+    attributes
+        .get(&Attribute::Metadata(CHECKSUM_METADATA.into()))
+        .map(|value| value.to_string())
 }
 
 /// Keys of the series that `retention` no longer keeps: beyond the newest `keep`, or older than
@@ -358,10 +442,28 @@ fn store_error(target: &Target, action: &str, key: &str, error: &object_store::E
     let line = one_line(error);
     let said = if line.starts_with("403 ") {
         format!("the bucket {bucket} refused the Secret's credentials: {line}")
+    } else if unreachable(error) {
+        let endpoint = target.endpoint.as_deref().unwrap_or("AWS S3");
+        format!("the store at {endpoint} could not be reached: {line}")
     } else {
         line
     };
     S3Error::Store(format!("{action} {bucket}/{key}: {said}"))
+}
+
+/// The request never got an answer: no connection to the store (after the retries).
+fn unreachable(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<HttpError>()
+            .is_some_and(|http| http.kind() == HttpErrorKind::Connect)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
@@ -506,6 +608,37 @@ mod tests {
         for wrong in ["backups", "backups/", "/key"] {
             assert!(Location::parse(wrong).is_err(), "{wrong}");
         }
+    }
+
+    #[test]
+    fn a_point_in_time_restore_starts_from_the_last_base_backup_uploaded_before_its_target() {
+        let at = |time: &str| time.parse::<Timestamp>().unwrap();
+        let listed = [
+            (
+                "k/base/db-backup-20261128-100000.tar.gz",
+                "2026-11-28T10:00:05Z",
+            ),
+            (
+                "k/base/db-backup-20261128-110000.tar.gz",
+                "2026-11-28T11:00:05Z",
+            ),
+            (
+                "k/base/db-backup-20261128-120000.tar.gz",
+                "2026-11-28T12:00:05Z",
+            ),
+        ]
+        .map(|(key, uploaded)| (key.to_owned(), at(uploaded)));
+        let latest = |time| latest_uploaded_before(&listed, at(time));
+        assert_eq!(
+            latest("2026-11-28T11:30:00Z").as_deref(),
+            Some("k/base/db-backup-20261128-110000.tar.gz")
+        );
+        assert_eq!(
+            latest("2026-11-28T11:00:05Z").as_deref(),
+            Some("k/base/db-backup-20261128-110000.tar.gz"),
+            "uploaded exactly at the target"
+        );
+        assert_eq!(latest("2026-11-28T10:00:04Z"), None, "nothing that old");
     }
 
     #[test]

@@ -5,9 +5,11 @@
 
 use app_operator_api::etcdbackup::S3Source;
 use k8s_openapi::api::core::v1::{Container, Secret, Volume, VolumeMount};
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 
 use crate::controllers::etcdcluster::secret_volume;
+use crate::controllers::restricted::scratch;
 use crate::reconcile::Error;
 
 /// Where the Secret's `credentials` and `config` files are mounted.
@@ -20,6 +22,8 @@ pub enum Transfer<'a> {
     Put { retention: Option<Retention<'a>> },
     /// Download to the file (checked against the upload's SHA-256).
     Get,
+    /// Download the object of a directory uploaded last at or before a time.
+    LatestBefore(Timestamp),
 }
 
 /// What a series of uploads keeps: objects whose keys start with `series` (then
@@ -42,23 +46,14 @@ pub fn transfer_container(
     file: &str,
     mount: VolumeMount,
 ) -> (Container, Volume) {
-    let (volume, credentials) = secret_volume(&s3.aws_secret, CREDENTIALS_VOLUME, CREDENTIALS_DIR);
+    let (volume, credentials) = credentials_volume(s3);
     let verb = match transfer {
         Transfer::Put { .. } => "put",
-        Transfer::Get => "get",
+        Transfer::Get | Transfer::LatestBefore(_) => "get",
     };
-    let mut args = vec![
-        "object-store".to_owned(),
-        verb.to_owned(),
-        format!("--path={object}"),
-        format!("--file={file}"),
-        format!("--credentials-dir={CREDENTIALS_DIR}"),
-    ];
-    if let Some(endpoint) = &s3.endpoint {
-        args.push(format!("--endpoint={endpoint}"));
-    }
-    if s3.force_path_style {
-        args.push("--force-path-style".to_owned());
+    let mut args = arguments(verb, s3, object, file);
+    if let Transfer::LatestBefore(time) = transfer {
+        args.push(format!("--latest-before={time}"));
     }
     if let Transfer::Put {
         retention: Some(retention),
@@ -82,6 +77,86 @@ pub fn transfer_container(
         ..Container::default()
     };
     (container, volume)
+}
+
+/// The Secret's volume, and its mount at the directory `--credentials-dir` names.
+pub fn credentials_volume(s3: &S3Source) -> (Volume, VolumeMount) {
+    secret_volume(&s3.aws_secret, CREDENTIALS_VOLUME, CREDENTIALS_DIR)
+}
+
+/// `object-store <verb>` of `object` to or from `file`, through `s3`'s endpoint.
+fn arguments(verb: &str, s3: &S3Source, object: &str, file: &str) -> Vec<String> {
+    let mut args = vec![
+        "object-store".to_owned(),
+        verb.to_owned(),
+        format!("--path={object}"),
+        format!("--file={file}"),
+        format!("--credentials-dir={CREDENTIALS_DIR}"),
+    ];
+    if let Some(endpoint) = &s3.endpoint {
+        args.push(format!("--endpoint={endpoint}"));
+    }
+    if s3.force_path_style {
+        args.push("--force-path-style".to_owned());
+    }
+    args
+}
+
+/// Where a container of another image (PostgreSQL's) finds the operator's binary, copied there
+/// by [`helper_install`].
+/// Not `/app-operator`: that is the binary itself in the operator's image.
+const HELPER_DIR: &str = "/opt/app-operator";
+const HELPER_VOLUME: &str = "app-operator";
+
+/// The init container that copies the operator's binary into an emptyDir, the volume, and its
+/// mount for the containers that run it.
+pub fn helper_install(helper_image: &str) -> (Container, Volume, VolumeMount) {
+    let (volume, mount) = scratch(HELPER_VOLUME, HELPER_DIR);
+    let install = Container {
+        name: "install-app-operator".to_owned(),
+        image: Some(helper_image.to_owned()),
+        args: Some(vec![
+            "object-store".to_owned(),
+            "install".to_owned(),
+            format!("--to={HELPER_DIR}/app-operator"),
+        ]),
+        volume_mounts: Some(vec![mount.clone()]),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Container::default()
+    };
+    (install, volume, mount)
+}
+
+/// PostgreSQL's side of a write-ahead log archive in `s3` (`<key>/wal/<segment>`).
+#[derive(Clone, Copy)]
+pub enum Wal {
+    /// `archive_command`: uploads `%p` as `%f`, never replacing a segment.
+    Archive,
+    /// `restore_command`: downloads `%f` to `%p`.
+    Restore,
+}
+
+/// The shell command line PostgreSQL runs for `wal` (it substitutes `%f` and `%p`), with the
+/// binary [`helper_install`] copied and the Secret mounted by [`credentials_volume`].
+pub fn wal_command(wal: Wal, s3: &S3Source) -> String {
+    let object = format!("{}/wal/%f", s3.path.trim_end_matches('/'));
+    let mut args = match wal {
+        Wal::Archive => arguments("put", s3, &object, "%p"),
+        Wal::Restore => arguments("get", s3, &object, "%p"),
+    };
+    if let Wal::Archive = wal {
+        args.push("--if-absent".to_owned());
+    }
+    std::iter::once(format!("{HELPER_DIR}/app-operator"))
+        .chain(args)
+        .map(|word| shell_quoted(&word))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `word` as one word for `sh` (the endpoint is the user's text).
+fn shell_quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// A `fetch` container downloading `s3`'s object to `file`, before a restore reads it.
@@ -227,5 +302,23 @@ mod tests {
         );
         assert_eq!(container.image.as_deref(), Some("app-operator:v1"));
         assert_eq!(series_prefix(&s3.path), "ns/etcd.db_");
+    }
+
+    #[test]
+    fn postgres_archives_each_segment_once_and_restores_it_by_name_through_the_shell() {
+        let s3 = S3Source {
+            path: "backups/ns/db/".into(),
+            aws_secret: "bucket-keys".into(),
+            endpoint: Some("http://10.0.0.1:7070/it's".into()),
+            force_path_style: true,
+        };
+        assert_eq!(
+            wal_command(Wal::Archive, &s3),
+            "'/opt/app-operator/app-operator' 'object-store' 'put' '--path=backups/ns/db/wal/%f' '--file=%p' '--credentials-dir=/etc/app-operator/s3' '--endpoint=http://10.0.0.1:7070/it'\\''s' '--force-path-style' '--if-absent'"
+        );
+        assert!(
+            wal_command(Wal::Restore, &s3)
+                .starts_with("'/opt/app-operator/app-operator' 'object-store' 'get' '--path=backups/ns/db/wal/%f' '--file=%p'")
+        );
     }
 }
