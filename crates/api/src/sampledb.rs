@@ -204,7 +204,7 @@ pub struct InitSql {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("has(self.backupFile) != has(self.s3)").message("spec.restore: set exactly one of backupFile and s3"),
+    validation = Rule::new("[has(self.backupFile), has(self.s3), has(self.pointInTime)].filter(set, set).size() == 1").message("spec.restore: set exactly one of backupFile, s3 and pointInTime"),
     validation = Rule::new("!has(self.source) || has(self.backupFile)").message("spec.restore.source names the SampleDB whose backups volume holds backupFile: set it only with backupFile"),
 )]
 pub struct Restore {
@@ -221,6 +221,11 @@ pub struct Restore {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3Source>,
 
+    /// PointInTime recovers the database as it was at a given time, from the base backups and
+    /// write-ahead log that a SampleDB with `backup.archiveWal` keeps in a bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTime>,
+
     /// Source is the SampleDB in this namespace whose backups volume holds the file: another
     /// one for a clone (it may be deleted, its backups volume is kept). Unset: an earlier
     /// SampleDB of this name, whose backups volume outlives it.
@@ -232,11 +237,27 @@ pub struct Restore {
     pub source: Option<String>,
 }
 
+/// PointInTime is where a SampleDB archived its write-ahead log, and the time to recover to.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PointInTime {
+    /// S3 is the archive: `path` is the `backup.s3.path` of the SampleDB that archived it
+    /// (`<bucket>/<key>`, holding `<key>/base/` and `<key>/wal/`).
+    pub s3: S3Source,
+
+    /// TargetTime (RFC 3339) is the moment recovered to: every transaction committed at or
+    /// before it, none after. A base backup must have been uploaded before it.
+    pub target_time: Time,
+}
+
 /// BackupPolicy defines when backups run, how many finished Jobs are kept, and whether dumps
 /// go to a bucket too.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!has(self.bucketRetention) || has(self.s3)").message("backup.bucketRetention applies to the dumps in backup.s3: set it only with s3"))]
+#[x_kube(
+    validation = Rule::new("!has(self.bucketRetention) || has(self.s3)").message("backup.bucketRetention applies to the dumps in backup.s3: set it only with s3"),
+    validation = Rule::new("!has(self.archiveWal) || !self.archiveWal || has(self.s3)").message("backup.archiveWal archives to backup.s3: set s3 too"),
+)]
 pub struct BackupPolicy {
     /// Schedule in cron format: 5 fields (`0 3 * * *`, as a CronJob) or 6 with seconds first
     /// (`*/30 * * * * *`). No backups when unset. After the operator was down, one backup catches
@@ -271,9 +292,17 @@ pub struct BackupPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3Source>,
 
-    /// BucketRetention is how many dumps the bucket keeps, and for how long; all when unset.
+    /// BucketRetention is how many dumps (and base backups) the bucket keeps, and for how long;
+    /// all when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket_retention: Option<BucketRetention>,
+
+    /// ArchiveWal archives PostgreSQL's write-ahead log to `s3` continuously (`<key>/wal/`,
+    /// each segment once it is full or `archive_timeout`, 5 minutes, has passed) and makes every
+    /// backup a base backup there too (`<key>/base/<job>.tar.gz`), so that `restore.pointInTime`
+    /// can recover any moment since the first base backup.
+    #[serde(default)]
+    pub archive_wal: bool,
 }
 
 /// BucketRetention bounds the dumps kept in the bucket: after each upload, older ones beyond
@@ -303,6 +332,7 @@ impl Default for BackupPolicy {
             failed_jobs_history_limit: default_failed_history(),
             s3: None,
             bucket_retention: None,
+            archive_wal: false,
         }
     }
 }
