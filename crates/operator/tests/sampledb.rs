@@ -1144,3 +1144,41 @@ async fn bad_input_is_refused_at_apply_or_degraded_without_stopping_others() {
     let events = events(&ns).await;
     assert!(events.contains("Warning InvalidSchedule"), "{events}");
 }
+
+/// The schema refuses, at `kubectl apply`, a restore from two sources at once and WAL archiving
+/// with no bucket to archive to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_point_in_time_restore_and_wal_archiving_are_checked_at_apply() {
+    let ns = TestNamespace::new("sdb-pitr-schema").await;
+    let s3 = json!({ "path": "backups/db", "awsSecret": "keys" });
+    for (spec, says) in [
+        (
+            json!({ "version": "15", "restore": {
+                "backupFile": "db-backup-20261128-061500.dump",
+                "pointInTime": { "s3": s3, "targetTime": "2026-11-28T10:42:00Z" } } }),
+            "spec.restore: set exactly one of backupFile, s3 and pointInTime",
+        ),
+        (
+            json!({ "version": "15", "backup": { "archiveWal": true } }),
+            "backup.archiveWal archives to backup.s3: set s3 too",
+        ),
+    ] {
+        let refused = ns
+            .api::<SampleDB>()
+            .create(&PostParams::default(), &sampledb("db", spec.clone()))
+            .await;
+        let status = support::rejection(refused);
+        assert!(status.message.contains(says), "{spec}: {}", status.message);
+    }
+    ns.api::<SampleDB>()
+        .create(
+            &PostParams::default(),
+            &sampledb(
+                "db",
+                json!({ "version": "15", "restore": {
+                    "pointInTime": { "s3": s3, "targetTime": "2026-11-28T10:42:00Z" } } }),
+            ),
+        )
+        .await
+        .expect("a point-in-time restore alone is accepted");
+}

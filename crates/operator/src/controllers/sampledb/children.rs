@@ -19,7 +19,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::scripts;
-use crate::controllers::bucket::{self, Retention, Transfer, fetch_container, transfer_container};
+use crate::controllers::bucket::{
+    self, Retention, Transfer, Wal, fetch_container, transfer_container,
+};
 use crate::controllers::restricted::{pod_security_context, restrict, scratch};
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
@@ -40,6 +42,12 @@ const DATA_MOUNT: &str = "/var/lib/postgresql/data";
 /// `lost+found`, which initdb refuses).
 const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
 const BACKUPS_MOUNT: &str = "/backups";
+/// A base backup on its way to or from a bucket: an emptyDir, so none stays on a volume.
+const STAGING_VOLUME: &str = "staging";
+const STAGING_MOUNT: &str = "/staging";
+const BASE_BACKUP: &str = "/staging/base.tar.gz";
+const ACCESS_RULES_MOUNT: &str = "/etc/app-operator/access-rules";
+const HBA_FILE: &str = "pg_hba.conf";
 const INIT_SQL_MOUNT: &str = "/init-sql";
 /// The server's Unix socket directory, as the image has it.
 const SOCKETS_MOUNT: &str = "/var/run/postgresql";
@@ -291,13 +299,92 @@ fn restricted_postgres(spec: PodSpec) -> PodSpec {
     )
 }
 
-/// The database: one replica (0 while it is stopped for an upgrade or a final snapshot) of
-/// `<image>:<version>` on the data claim.
+/// The access rules of a database that archives its write-ahead log (PostgreSQL's `hba_file`):
+/// the image's own (the socket trusted, TCP with a password), and replication connections with
+/// a password for `pg_basebackup` in backup Jobs.
+pub fn access_rules(db: &SampleDB, owner: &OwnerReference) -> ConfigMap {
+    ConfigMap {
+        metadata: meta(
+            db,
+            access_rules_config_map(&db.name_any()),
+            "access-rules",
+            Some(owner),
+        ),
+        data: Some(BTreeMap::from([(
+            HBA_FILE.to_owned(),
+            "# Written by app-operator for backup.archiveWal.\n\
+             local all all trust\n\
+             local replication all trust\n\
+             host all all all scram-sha-256\n\
+             host replication all all scram-sha-256\n"
+                .to_owned(),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+fn access_rules_config_map(db: &str) -> String {
+    format!("{db}-access-rules")
+}
+
+/// With `backup.archiveWal` (and the operator's image): the server archives each write-ahead
+/// log segment to the bucket through the operator's binary, copied in by an init container,
+/// and reads its access rules from [`access_rules`].
+fn archiving(db: &SampleDB, helper_image: Option<&str>, pod: &mut PodSpec) {
+    let (Some(s3), Some(helper_image), true) =
+        (&db.spec.backup.s3, helper_image, db.spec.backup.archive_wal)
+    else {
+        return;
+    };
+    let (install, helper, helper_mount) = bucket::helper_install(helper_image);
+    let (credentials, credentials_mount) = bucket::credentials_volume(s3);
+    let rules = Volume {
+        name: "access-rules".to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: access_rules_config_map(&db.name_any()),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let settings = [
+        "archive_mode=on".to_owned(),
+        format!("archive_command={}", bucket::wal_command(Wal::Archive, s3)),
+        // At most five minutes of commits wait for a segment to fill (CloudNativePG's default).
+        "archive_timeout=300".to_owned(),
+        format!("hba_file={ACCESS_RULES_MOUNT}/{HBA_FILE}"),
+    ];
+    pod.init_containers = Some(vec![install]);
+    pod.volumes
+        .get_or_insert_with(Vec::new)
+        .extend([helper, credentials, rules]);
+    if let Some(postgres) = pod.containers.first_mut() {
+        postgres.args = Some(
+            settings
+                .into_iter()
+                .flat_map(|setting| ["-c".to_owned(), setting])
+                .collect(),
+        );
+        postgres.volume_mounts.get_or_insert_with(Vec::new).extend([
+            helper_mount,
+            credentials_mount,
+            VolumeMount {
+                read_only: Some(true),
+                ..mount("access-rules", ACCESS_RULES_MOUNT)
+            },
+        ]);
+    }
+}
+
+/// The database: one replica (0 while it is stopped for an upgrade or a final snapshot, or
+/// before a point-in-time recovery has written its data) of `<image>:<version>` on the data
+/// claim; archiving its write-ahead log with `backup.archiveWal` (on the operator's image,
+/// `helper_image`, which the caller checked is known).
 pub fn stateful_set(
     db: &SampleDB,
     owner: &OwnerReference,
     version: &str,
     replicas: i32,
+    helper_image: Option<&str>,
 ) -> StatefulSet {
     let name = db.name_any();
     let secret = credentials_secret(db);
@@ -329,6 +416,12 @@ pub fn stateful_set(
         volume_mounts: Some(vec![mount("data", DATA_MOUNT)]),
         ..Container::default()
     };
+    let mut pod = PodSpec {
+        containers: vec![container],
+        volumes: Some(vec![claim_volume("data", data_claim(&name))]),
+        ..PodSpec::default()
+    };
+    archiving(db, helper_image, &mut pod);
     StatefulSet {
         metadata: meta(db, name.clone(), "database", Some(owner)),
         spec: Some(StatefulSetSpec {
@@ -343,11 +436,7 @@ pub fn stateful_set(
                     labels: Some(labels(&name, "database")),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(restricted_postgres(PodSpec {
-                    containers: vec![container],
-                    volumes: Some(vec![claim_volume("data", data_claim(&name))]),
-                    ..PodSpec::default()
-                })),
+                spec: Some(restricted_postgres(pod)),
             },
             ..StatefulSetSpec::default()
         }),
@@ -370,17 +459,20 @@ pub struct JobSpecOf<'a> {
     pub data: bool,
     /// Runs first, with another image (the upgrade's dump, by the old version).
     pub before: Option<(&'a str, &'static str)>,
-    /// A container on the operator's image that moves a dump to or from a bucket.
-    pub bucket: Option<BucketStep>,
+    /// Containers on the operator's image around the script (bucket transfers).
+    pub helpers: Helpers,
     pub owner: Option<&'a OwnerReference>,
 }
 
-/// A bucket transfer in a Job, with the Secret volume it mounts.
-pub enum BucketStep {
-    /// Downloads the dump before the script restores it.
-    Fetch(Container, Volume),
-    /// Uploads the dump once the script wrote it.
-    Upload(Container, Volume),
+/// The operator's image in a Job: containers before the script (a download, copying its
+/// binary), containers after it (uploads), the volumes they need, and those the script mounts
+/// too.
+#[derive(Default)]
+pub struct Helpers {
+    pub before: Vec<Container>,
+    pub after: Vec<Container>,
+    pub volumes: Vec<Volume>,
+    pub script_mounts: Vec<VolumeMount>,
 }
 
 pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
@@ -414,6 +506,8 @@ pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
         });
     }
     environment.extend(spec.env);
+    mounts.extend(spec.helpers.script_mounts);
+    volumes.extend(spec.helpers.volumes);
     let container = |container: &str, version: &str, script: &str| Container {
         name: container.to_owned(),
         image: Some(image(db, version)),
@@ -437,18 +531,11 @@ pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
         .map(|(version, script)| container("dump", version, script))
         .into_iter()
         .collect();
+    init_containers.extend(spec.helpers.before);
     let mut containers = vec![container(spec.kind.label(), spec.version, spec.script)];
-    match spec.bucket {
-        Some(BucketStep::Fetch(fetch, credentials)) => {
-            init_containers.push(fetch);
-            volumes.push(credentials);
-        }
-        Some(BucketStep::Upload(upload, credentials)) => {
-            init_containers.append(&mut containers);
-            containers.push(upload);
-            volumes.push(credentials);
-        }
-        None => {}
+    if !spec.helpers.after.is_empty() {
+        init_containers.append(&mut containers);
+        containers = spec.helpers.after;
     }
     let mut pod_labels = db.spec.job_pod_metadata.labels.clone();
     pod_labels.extend(labels(&name, spec.kind.label()));
@@ -491,13 +578,53 @@ fn backups_of(db: &SampleDB, kind: JobKind) -> &str {
 }
 
 /// The init Job, or the restore Job when the SampleDB starts from a backup: a file in a
-/// backups volume, or a dump in a bucket, downloaded into its own backups volume first by the
-/// operator's image (`helper_image`, which the caller checked is known).
+/// backups volume, a dump in a bucket downloaded into its own backups volume first, or a
+/// point-in-time recovery into the data volume (before the database first starts) from a base
+/// backup and the write-ahead log in a bucket. Bucket transfers run the operator's image
+/// (`helper_image`, which the caller checked is known).
 pub fn first_job(db: &SampleDB, owner: &OwnerReference, helper_image: Option<&str>) -> Job {
     let name = db.name_any();
-    let mut bucket = None;
-    let (kind, script, extra) = match &db.spec.restore {
-        Some(restore) => {
+    let mut helpers = Helpers::default();
+    let restore = db.spec.restore.as_ref();
+    let recovery = restore.and_then(|restore| restore.point_in_time.as_ref());
+    let (kind, script, extra) = match (restore, recovery, helper_image) {
+        (None, _, _) => (JobKind::Init, scripts::INIT, Vec::new()),
+        (Some(_), Some(recovery), Some(helper_image)) => {
+            let s3 = &recovery.s3;
+            let target = recovery.target_time.0;
+            let (install, helper, helper_mount) = bucket::helper_install(helper_image);
+            let (staging, staging_mount) = scratch(STAGING_VOLUME, STAGING_MOUNT);
+            let (fetch, credentials) = transfer_container(
+                "fetch",
+                helper_image,
+                s3,
+                &archive_object(&s3.path, "base"),
+                &Transfer::LatestBefore(target),
+                BASE_BACKUP,
+                staging_mount.clone(),
+            );
+            let (_, credentials_mount) = bucket::credentials_volume(s3);
+            helpers = Helpers {
+                before: vec![install, fetch],
+                after: Vec::new(),
+                volumes: vec![helper, staging, credentials],
+                script_mounts: vec![helper_mount, credentials_mount, staging_mount],
+            };
+            (
+                JobKind::Restore,
+                scripts::RECOVER,
+                vec![
+                    env("BASE_BACKUP", BASE_BACKUP),
+                    env("RESTORE_COMMAND", &bucket::wal_command(Wal::Restore, s3)),
+                    // PostgreSQL refuses RFC 3339's `Z` in recovery_target_time.
+                    env(
+                        "TARGET_TIME",
+                        &target.strftime("%Y-%m-%d %H:%M:%S%.f+00").to_string(),
+                    ),
+                ],
+            )
+        }
+        (Some(restore), _, helper_image) => {
             let file = match (&restore.s3, helper_image) {
                 (Some(s3), Some(helper_image)) => {
                     let file = format!("{name}-restore.dump");
@@ -507,7 +634,8 @@ pub fn first_job(db: &SampleDB, owner: &OwnerReference, helper_image: Option<&st
                         &format!("{BACKUPS_MOUNT}/{file}"),
                         mount("backups", BACKUPS_MOUNT),
                     );
-                    bucket = Some(BucketStep::Fetch(fetch, credentials));
+                    helpers.before.push(fetch);
+                    helpers.volumes.push(credentials);
                     file
                 }
                 _ => restore.backup_file.clone().unwrap_or_default(),
@@ -518,7 +646,6 @@ pub fn first_job(db: &SampleDB, owner: &OwnerReference, helper_image: Option<&st
                 vec![env("BACKUP_FILE", &file)],
             )
         }
-        None => (JobKind::Init, scripts::INIT, Vec::new()),
     };
     job(
         db,
@@ -529,9 +656,10 @@ pub fn first_job(db: &SampleDB, owner: &OwnerReference, helper_image: Option<&st
             script,
             env: extra,
             deadline_seconds: db.spec.job_timeout_seconds,
-            data: false,
+            // A point-in-time recovery writes the data directory itself.
+            data: recovery.is_some(),
             before: None,
-            bucket,
+            helpers,
             owner: Some(owner),
         },
     )
@@ -540,7 +668,8 @@ pub fn first_job(db: &SampleDB, owner: &OwnerReference, helper_image: Option<&st
 /// A backup: of a schedule's tick, or (`request` set) on demand at `tick`, annotated with the
 /// request it serves. With `backup.s3` (and the operator's image, which the caller checked is
 /// known) the dump is uploaded to `<key>/<file>` once written, and the bucket's retention
-/// applied to this SampleDB's dumps there.
+/// applied to this SampleDB's dumps there; with `archiveWal` too, a base backup is taken after
+/// the dump and uploaded to `<key>/base/<job>.tar.gz`, under the same retention.
 pub fn backup_job(
     db: &SampleDB,
     owner: &OwnerReference,
@@ -551,50 +680,79 @@ pub fn backup_job(
 ) -> Job {
     let name = backup_job_name(&db.name_any(), tick);
     let file = dump_file(&name);
-    let bucket = db
-        .spec
-        .backup
-        .s3
-        .as_ref()
-        .zip(helper_image)
-        .map(|(s3, helper_image)| {
-            let series = format!("{}{}-backup-", key_prefix(&s3.path), db.name_any());
+    let mut environment = vec![env("BACKUP_FILE", &file)];
+    let mut helpers = Helpers::default();
+    if let Some((s3, helper_image)) = db.spec.backup.s3.as_ref().zip(helper_image) {
+        let series = |directory: &str| format!("{directory}{}-backup-", db.name_any());
+        let dump_series = series(&key_prefix(&s3.path));
+        let base_series = series(&format!("{}base/", key_prefix(&s3.path)));
+        let upload = |container: &str, object: &str, series: &str, file: &str, mount| {
             let retention = db.spec.backup.bucket_retention.as_ref();
-            let (upload, credentials) = transfer_container(
-                "upload",
+            transfer_container(
+                container,
                 helper_image,
                 s3,
-                &uploaded_dump(&s3.path, &file),
+                object,
                 &Transfer::Put {
                     retention: retention.map(|retention| Retention {
-                        series: &series,
+                        series,
                         keep: retention.max_backups,
                         max_age_hours: retention.max_age_hours,
                     }),
                 },
-                &format!("{BACKUPS_MOUNT}/{file}"),
-                mount("backups", BACKUPS_MOUNT),
+                file,
+                mount,
+            )
+        };
+        let (dump, credentials) = upload(
+            "upload",
+            &uploaded_dump(&s3.path, &file),
+            &dump_series,
+            &format!("{BACKUPS_MOUNT}/{file}"),
+            mount("backups", BACKUPS_MOUNT),
+        );
+        helpers.after.push(dump);
+        helpers.volumes.push(credentials);
+        if db.spec.backup.archive_wal {
+            let (staging, staging_mount) = scratch(STAGING_VOLUME, STAGING_MOUNT);
+            let object = archive_object(&s3.path, &format!("base/{name}.tar.gz"));
+            let (base, _) = upload(
+                "upload-base",
+                &object,
+                &base_series,
+                BASE_BACKUP,
+                staging_mount.clone(),
             );
-            BucketStep::Upload(upload, credentials)
-        });
+            helpers.after.push(base);
+            helpers.volumes.push(staging);
+            helpers.script_mounts.push(staging_mount);
+            environment.push(env("BASE_BACKUP", BASE_BACKUP));
+        }
+    }
     let mut backup = job(
         db,
         JobSpecOf {
             kind: JobKind::Backup,
-            env: vec![env("BACKUP_FILE", &file)],
+            env: environment,
             name,
             version,
             script: scripts::BACKUP,
             deadline_seconds: db.spec.backup.timeout_seconds,
             data: false,
             before: None,
-            bucket,
+            helpers,
             owner: Some(owner),
         },
     );
     backup.metadata.annotations =
         request.map(|request| [(BACKUP_REQUESTED_AT.to_owned(), request.to_owned())].into());
     backup
+}
+
+/// `<bucket>/<key>/<name>` of an archive at `path` (`<bucket>/<key>`): its `base` directory, a
+/// base backup in it.
+fn archive_object(path: &str, name: &str) -> String {
+    format!("{}/{name}", path.trim_end_matches('/'))
 }
 
 /// The key prefix dumps go under in `path` (`<bucket>/<key>`): `<key>/`.
@@ -622,7 +780,7 @@ pub fn upgrade_job(db: &SampleDB, owner: &OwnerReference, from: &str, to: &str) 
             deadline_seconds: db.spec.job_timeout_seconds,
             data: true,
             before: Some((from, scripts::SNAPSHOT)),
-            bucket: None,
+            helpers: Helpers::default(),
             owner: Some(owner),
         },
     )
@@ -642,7 +800,7 @@ pub fn final_snapshot_job(db: &SampleDB, uid: &str, version: &str) -> Job {
             deadline_seconds: db.spec.deletion.snapshot_timeout_seconds,
             data: true,
             before: None,
-            bucket: None,
+            helpers: Helpers::default(),
             owner: None,
         },
     )
@@ -686,6 +844,36 @@ mod tests {
         clone
     }
 
+    /// Archiving its write-ahead log to the bucket.
+    fn archiving() -> SampleDB {
+        let mut db = in_bucket();
+        db.spec.backup.archive_wal = true;
+        db
+    }
+
+    /// A new SampleDB recovered to a time from the archive.
+    fn recovered_to_time() -> SampleDB {
+        let mut clone = db();
+        clone.metadata.name = Some("copy".into());
+        let source: serde_json::Value = serde_json::from_str(BUCKET).unwrap();
+        clone.spec.restore = Some(
+            serde_json::from_value(serde_json::json!({
+                "pointInTime": { "s3": source, "targetTime": "2026-11-23T10:45:00Z" },
+            }))
+            .unwrap(),
+        );
+        clone
+    }
+
+    fn env_of<'a>(container: &'a Container, name: &str) -> Option<&'a str> {
+        container
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.as_deref())
+    }
+
     fn container_names(spec: &PodSpec) -> Vec<&str> {
         spec.init_containers
             .iter()
@@ -693,6 +881,101 @@ mod tests {
             .chain(&spec.containers)
             .map(|c| c.name.as_str())
             .collect()
+    }
+
+    #[test]
+    fn an_archiving_database_uploads_its_wal_and_base_backups_and_a_recovery_replays_them_first() {
+        let owner = OwnerReference::default();
+        let helper = Some("app-operator:v1");
+        let server = stateful_set(&archiving(), &owner, "15", 1, helper)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        assert_eq!(
+            container_names(&server),
+            ["install-app-operator", "postgres"]
+        );
+        let args = server.containers[0].args.clone().unwrap().join(" ");
+        assert!(args.contains("-c archive_mode=on"), "{args}");
+        assert!(
+            args.contains("-c archive_command='/opt/app-operator/app-operator' 'object-store' 'put' '--path=backups/team/db/wal/%f' '--file=%p'"),
+            "{args}"
+        );
+        assert!(
+            args.contains("-c hba_file=/etc/app-operator/access-rules/pg_hba.conf"),
+            "{args}"
+        );
+        let rules = access_rules(&archiving(), &owner).data.unwrap();
+        assert!(rules["pg_hba.conf"].contains("host replication all all scram-sha-256"));
+        // Without the operator's image, or without archiveWal, the server is as before.
+        for plain in [
+            stateful_set(&archiving(), &owner, "15", 1, None),
+            stateful_set(&in_bucket(), &owner, "15", 1, helper),
+        ] {
+            let spec = plain.spec.unwrap().template.spec.unwrap();
+            assert_eq!(container_names(&spec), ["postgres"]);
+            assert_eq!(spec.containers[0].args, None);
+        }
+
+        let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
+        let backup = backup_job(&archiving(), &owner, "15", tick, None, helper)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        assert_eq!(
+            container_names(&backup),
+            ["backup", "upload", "upload-base"]
+        );
+        assert_eq!(
+            env_of(&backup.init_containers.as_ref().unwrap()[0], "BASE_BACKUP"),
+            Some("/staging/base.tar.gz")
+        );
+        let base_upload = backup.containers[1].args.clone().unwrap();
+        assert!(
+            base_upload.contains(
+                &"--path=backups/team/db/base/db-backup-20261123-103000.tar.gz".to_owned()
+            )
+        );
+        assert!(base_upload.contains(&"--series=team/db/base/db-backup-".to_owned()));
+
+        let recovery = first_job(&recovered_to_time(), &owner, helper)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        assert_eq!(
+            container_names(&recovery),
+            ["install-app-operator", "fetch", "restore"]
+        );
+        let fetch = recovery.init_containers.as_ref().unwrap()[1]
+            .args
+            .clone()
+            .unwrap();
+        assert!(fetch.contains(&"--path=backups/team/db/base".to_owned()));
+        assert!(fetch.contains(&"--latest-before=2026-11-23T10:45:00Z".to_owned()));
+        let restore = &recovery.containers[0];
+        assert_eq!(
+            env_of(restore, "TARGET_TIME"),
+            Some("2026-11-23 10:45:00+00")
+        );
+        assert!(
+            env_of(restore, "RESTORE_COMMAND")
+                .unwrap()
+                .contains("'get' '--path=backups/team/db/wal/%f'")
+        );
+        assert!(
+            restore
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == "data"),
+            "the recovery writes the data volume"
+        );
     }
 
     #[test]
@@ -748,7 +1031,29 @@ mod tests {
         let owner = OwnerReference::default();
         let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
         let specs = [
-            stateful_set(&db, &owner, "15", 1)
+            stateful_set(&db, &owner, "15", 1, None)
+                .spec
+                .unwrap()
+                .template
+                .spec,
+            stateful_set(&archiving(), &owner, "15", 1, Some("app-operator:v1"))
+                .spec
+                .unwrap()
+                .template
+                .spec,
+            backup_job(
+                &archiving(),
+                &owner,
+                "15",
+                tick,
+                None,
+                Some("app-operator:v1"),
+            )
+            .spec
+            .unwrap()
+            .template
+            .spec,
+            first_job(&recovered_to_time(), &owner, Some("app-operator:v1"))
                 .spec
                 .unwrap()
                 .template

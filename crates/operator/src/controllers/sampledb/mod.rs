@@ -118,6 +118,10 @@ fn desired(db: &SampleDB) -> Desired {
     Desired {
         version: spec.version.clone(),
         restoring: spec.restore.is_some(),
+        recovering: spec
+            .restore
+            .as_ref()
+            .is_some_and(|restore| restore.point_in_time.is_some()),
         backups,
         backup_request: db.annotations().get(BACKUP_REQUESTED_AT).cloned(),
         keep_succeeded: keep(spec.backup.successful_jobs_history_limit),
@@ -284,7 +288,20 @@ impl SampleDBReconciler {
             .apply(client, &context.uid, &children::service(db, &context.owner))
             .await?;
         if let Some((version, replicas)) = &plan.database {
-            let desired = children::stateful_set(db, &context.owner, version, *replicas);
+            let helper_image = if db.spec.backup.archive_wal {
+                let rules = children::access_rules(db, &context.owner);
+                self.config_maps.apply(client, &context.uid, &rules).await?;
+                self.backup_bucket_ready(context).await?
+            } else {
+                None
+            };
+            let desired = children::stateful_set(
+                db,
+                &context.owner,
+                version,
+                *replicas,
+                helper_image.as_deref(),
+            );
             self.stateful_sets
                 .apply(client, &context.uid, &desired)
                 .await?;
@@ -300,14 +317,14 @@ impl SampleDBReconciler {
         match step {
             Step::CreateFirstJob => {
                 self.restore_source(context)?;
-                let restore_bucket = db.spec.restore.as_ref().and_then(|r| r.s3.as_ref());
+                let restore = db.spec.restore.as_ref();
+                let (restore_bucket, field) =
+                    match restore.and_then(|restore| restore.point_in_time.as_ref()) {
+                        Some(recovery) => (Some(&recovery.s3), "spec.restore.pointInTime.s3"),
+                        None => (restore.and_then(|r| r.s3.as_ref()), "spec.restore.s3"),
+                    };
                 let helper_image = self
-                    .bucket_ready(
-                        context,
-                        restore_bucket,
-                        "spec.restore.s3",
-                        "a restore from a bucket",
-                    )
+                    .bucket_ready(context, restore_bucket, field, "a restore from a bucket")
                     .await?;
                 let desired = children::first_job(db, owner, helper_image.as_deref());
                 self.ensure_job(context, desired).await

@@ -35,6 +35,9 @@ pub struct Desired {
     pub version: String,
     /// Starts from a backup file (a restore Job instead of the init Job).
     pub restoring: bool,
+    /// The restore is a point-in-time recovery: its Job writes the data directory before the
+    /// database first starts.
+    pub recovering: bool,
     pub backups: Backups,
     /// The on-demand backup asked for (the `backup-requested-at` annotation's value).
     pub backup_request: Option<String>,
@@ -198,7 +201,7 @@ pub fn plan(name: &str, desired: &Desired, observed: &Observed) -> Plan {
         ..Plan::default()
     };
     let Some(current) = plan.current_version.clone() else {
-        plan.database = Some((wanted.clone(), 1));
+        plan.database = Some((wanted.clone(), if desired.recovering { 0 } else { 1 }));
         initialize(desired, observed, &mut plan);
         return plan;
     };
@@ -277,7 +280,13 @@ fn initialize(desired: &Desired, observed: &Observed, plan: &mut Plan) {
         .as_ref()
         .map(|job| (&job.name, &job.state))
     {
-        None if !observed.database.ready => {
+        None if desired.recovering && observed.database.pods > 0 => {
+            plan.progress = progress(
+                "WaitingForDatabase",
+                "waiting for the database Pod to be gone before the point-in-time recovery writes its data",
+            );
+        }
+        None if !desired.recovering && !observed.database.ready => {
             plan.progress = progress(
                 "WaitingForDatabase",
                 "waiting for the database Pod to be Ready",
@@ -575,6 +584,7 @@ mod tests {
         Desired {
             version: "15".into(),
             restoring: false,
+            recovering: false,
             backups: Backups::Off,
             backup_request: None,
             keep_succeeded: 3,
@@ -767,6 +777,64 @@ mod tests {
                     None,
                     "",
                     Stage::Live,
+                    Some("15"),
+                ),
+            ],
+            |d, o| plan("db", d, o),
+        );
+        // A point-in-time recovery writes the data before the server first runs.
+        let recovering = Desired {
+            restoring: true,
+            recovering: true,
+            ..desired()
+        };
+        let pod_left = {
+            let mut seen = observed();
+            seen.database.pods = 1;
+            seen
+        };
+        let recovery = |case, observed, step, says, replicas, current| Row {
+            case,
+            desired: recovering.clone(),
+            observed,
+            step,
+            says,
+            stage: Stage::Live,
+            database: Some(("15", replicas)),
+            current,
+        };
+        check(
+            vec![
+                recovery(
+                    "recovery: new",
+                    observed(),
+                    Some(Step::CreateFirstJob),
+                    "Initializing",
+                    0,
+                    None,
+                ),
+                recovery(
+                    "recovery: a database Pod is left",
+                    pod_left,
+                    None,
+                    "WaitingForDatabase",
+                    0,
+                    None,
+                ),
+                recovery(
+                    "recovery: running",
+                    with_first(JobState::Running),
+                    None,
+                    "Initializing",
+                    0,
+                    None,
+                ),
+                recovery(
+                    "recovery: succeeded",
+                    with_first(JobState::Succeeded(at(5))),
+                    None,
+                    "",
+                    1,
                     Some("15"),
                 ),
             ],

@@ -38,7 +38,8 @@ macro_rules! with_prelude {
 pub const INIT: &str = with_prelude!("init.sh");
 
 /// A backup Job: dumps `PGDATABASE` of the running server to `BACKUP_DIR/BACKUP_FILE`; a failed
-/// dump leaves no file of that name. Reads `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
+/// dump leaves no file of that name. With `BASE_BACKUP` (a path), then a base backup of the
+/// whole server to it (`pg_basebackup`, tar, gzip, its write-ahead log left to the archive). Reads `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
 /// `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
 pub const BACKUP: &str = with_prelude!("backup.sh");
 
@@ -61,3 +62,10 @@ pub const SNAPSHOT: &str = with_prelude!("snapshot.sh");
 /// the new directory into its place. Reads `PGDATA`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`,
 /// `BACKUP_DIR` and `BACKUP_FILE`.
 pub const UPGRADE: &str = with_prelude!("upgrade.sh");
+
+/// The point-in-time recovery Job, before the database first starts: unpacks the base backup
+/// `BASE_BACKUP` into `PGDATA` (emptied first), replays the archived write-ahead log through
+/// `RESTORE_COMMAND` on a temporary server up to `TARGET_TIME`, where it promotes and is
+/// stopped; then gives `PGUSER` the password `PGPASSWORD` in single-user mode. Reads `PGDATA`,
+/// `PGUSER`, `PGPASSWORD`, `BASE_BACKUP`, `RESTORE_COMMAND` and `TARGET_TIME`.
+pub const RECOVER: &str = with_prelude!("recover.sh");
