@@ -1060,6 +1060,17 @@ async fn restored_holds(
     (restored, read)
 }
 
+/// A fault that lasts until it is dropped (also when the test fails).
+struct Outage {
+    heal: Box<dyn Fn()>,
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        (self.heal)();
+    }
+}
+
 /// The real node's S3-compatible store (`.local/cluster/node/object-store.json`, written by
 /// `cluster-up --node real`): its endpoint and keys.
 struct Bucket {
@@ -1120,6 +1131,32 @@ impl Bucket {
         let ns = TestNamespace::new(prefix).await;
         self.secret(&ns, "bucket-keys", &self.secret_key);
         ns
+    }
+
+    /// The store unreachable from the cluster until the guard is dropped: the node rejects
+    /// connections to its port from anywhere but its own loopback (where the tests list it).
+    fn unreachable_from_pods(&self) -> Outage {
+        let port = self.endpoint.rsplit(':').next().unwrap().to_owned();
+        let rule = move |action: &str| {
+            let status = std::process::Command::new("iptables")
+                .args(["-w", action, "INPUT", "-p", "tcp", "--dport", &port])
+                .args([
+                    "!",
+                    "-i",
+                    "lo",
+                    "-j",
+                    "REJECT",
+                    "--reject-with",
+                    "tcp-reset",
+                ])
+                .status()
+                .unwrap();
+            assert!(status.success(), "iptables {action} INPUT … --dport {port}");
+        };
+        rule("-I");
+        Outage {
+            heal: Box::new(move || rule("-D")),
+        }
     }
 
     /// `s3` of an EtcdBackup or a restore: the object `backups/<key>` through Secret `secret`.
@@ -1414,7 +1451,8 @@ async fn an_etcd_cluster_restored_from_a_bucket_after_its_namespace_was_deleted_
 }
 
 /// PostgreSQL backed up to the bucket on a schedule and on demand while two clients write; the
-/// bucket keeps exactly `maxBackups` dumps; the namespace deleted; a clone in another namespace,
+/// store unreachable for a while (a backup fails saying so, writes go on, the next backup after
+/// it is back succeeds); the bucket keeps exactly `maxBackups` dumps; the namespace deleted; a clone in another namespace,
 /// restored from the on-demand dump (taken after the last write), holds every acknowledged row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sampledb_cloned_from_a_bucket_after_its_namespace_was_deleted_holds_every_row() {
@@ -1438,6 +1476,67 @@ async fn a_sampledb_cloned_from_a_bucket_after_its_namespace_was_deleted_holds_e
         || async { (succeeded_backups(&source_ns, "SampleDB", "orders") >= 3).then_some(()) },
     )
     .await;
+
+    // The store unreachable: a backup fails saying so while the database keeps taking writes;
+    // reachable again, the next scheduled one succeeds.
+    let outage = bucket.unreachable_from_pods();
+    let cut_at = Timestamp::now();
+    let message = eventually(
+        Duration::from_secs(240),
+        "a backup failed: the store unreachable",
+        || async {
+            let status = sampledb_status(&source_ns, "orders");
+            let failed: Timestamp = status["backup"]["lastFailedTime"].as_str()?.parse().ok()?;
+            let last = condition(&status, "LastBackupSucceeded");
+            (failed > cut_at && last["status"] == "False")
+                .then(|| last["message"].as_str().unwrap_or_default().to_owned())
+        },
+    )
+    .await;
+    println!("the store unreachable: {message}");
+    assert!(message.contains("could not be reached"), "{message}");
+    let warnings = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &source_ns.name,
+        "--field-selector=type=Warning,reason=BackupFailed",
+        "-o",
+        "name",
+    ]);
+    assert!(!warnings.trim().is_empty(), "a BackupFailed Warning");
+    let store = sampledb_store(&source_ns, "orders").await;
+    let rows = testkit::history::Store::read_all(&store, "row/")
+        .await
+        .unwrap()
+        .len();
+    eventually(
+        TIMEOUT,
+        "writes taken while the store is cut off",
+        || async {
+            let now = testkit::history::Store::read_all(&store, "row/")
+                .await
+                .ok()?
+                .len();
+            (now >= rows + 50).then_some(())
+        },
+    )
+    .await;
+    drop(outage);
+    let healed_at = Timestamp::now();
+    eventually(
+        Duration::from_secs(240),
+        "a backup uploaded once the store is back",
+        || async {
+            let status = sampledb_status(&source_ns, "orders");
+            let done: Timestamp = status["backup"]["lastSuccessfulTime"]
+                .as_str()?
+                .parse()
+                .ok()?;
+            (done > healed_at).then_some(())
+        },
+    )
+    .await;
     let history = writers.stop().await;
 
     // No more scheduled backups; one on demand, after the last write.
@@ -1447,29 +1546,7 @@ async fn a_sampledb_cloned_from_a_bucket_after_its_namespace_was_deleted_holds_e
         "orders",
         &json!({ "spec": { "backup": { "suspend": true } } }),
     );
-    let before = sampledb_status(&source_ns, "orders")["backup"]["lastSuccessfulJob"].clone();
-    let request = Timestamp::now().to_string();
-    kubectl_ok(&[
-        "annotate",
-        "sdb",
-        "orders",
-        "-n",
-        &source_ns.name,
-        "--overwrite",
-        &format!("app-operator.example.com/backup-requested-at={request}"),
-    ]);
-    let job = eventually(
-        Duration::from_secs(180),
-        "the on-demand backup uploaded",
-        || async {
-            let backup = sampledb_status(&source_ns, "orders")["backup"].clone();
-            let job = backup["lastSuccessfulJob"].as_str()?.to_owned();
-            (backup["lastHandledRequest"].as_str() == Some(request.as_str())
-                && backup["lastSuccessfulJob"] != before)
-                .then_some(job)
-        },
-    )
-    .await;
+    let job = backed_up_on_demand(&source_ns, "orders").await;
     let dump = format!("{prefix}/{job}.dump");
     let kept = bucket.objects(&format!("{prefix}/"));
     println!("the bucket keeps {kept:?}");
@@ -1494,6 +1571,141 @@ async fn a_sampledb_cloned_from_a_bucket_after_its_namespace_was_deleted_holds_e
         "PostgreSQL backed up to a bucket, its namespace deleted, cloned in another",
     )
     .await;
+}
+
+/// Asks SampleDB `name` for a backup now (a new `backup-requested-at`) and waits until it
+/// succeeded: the name of its Job.
+async fn backed_up_on_demand(ns: &TestNamespace, name: &str) -> String {
+    let before = sampledb_status(ns, name)["backup"]["lastSuccessfulJob"].clone();
+    let request = Timestamp::now().to_string();
+    kubectl_ok(&[
+        "annotate",
+        "sdb",
+        name,
+        "-n",
+        &ns.name,
+        "--overwrite",
+        &format!("app-operator.example.com/backup-requested-at={request}"),
+    ]);
+    eventually(
+        Duration::from_secs(240),
+        "the on-demand backup uploaded",
+        || async {
+            let backup = sampledb_status(ns, name)["backup"].clone();
+            let job = backup["lastSuccessfulJob"].as_str()?.to_owned();
+            (backup["lastHandledRequest"].as_str() == Some(request.as_str())
+                && backup["lastSuccessfulJob"] != before)
+                .then_some(job)
+        },
+    )
+    .await
+}
+
+/// Point-in-time recovery: a SampleDB archiving its write-ahead log to the bucket, a base backup
+/// taken on demand while two clients write, more rows after it (so only the archived log holds
+/// them), the time read from the database's clock (t1), then rows under another prefix (t2), a
+/// second base backup (too late for t1), and the segment holding the t2 rows archived. A new SampleDB in another namespace recovered to t1
+/// holds every acknowledged row written before it, and none written after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampledb_recovered_to_a_time_holds_exactly_the_rows_written_before_it() {
+    use testkit::history::{Store, Writers};
+    let bucket = Bucket::of_the_node();
+    let source_ns = TestNamespace::new("real-sdb-pitr").await;
+    bucket.secret(&source_ns, "bucket-keys", &bucket.secret_key);
+    let prefix = format!("{}/ledger", source_ns.name);
+    let object = sampledb(
+        "ledger",
+        "15",
+        json!({ "backup": { "s3": bucket.source(&prefix, "bucket-keys"), "archiveWal": true } }),
+    );
+    let writers = sampledb_writing(&source_ns, &object).await;
+    let job = backed_up_on_demand(&source_ns, "ledger").await;
+    let base = format!("{prefix}/base/{job}.tar.gz");
+    assert_eq!(bucket.objects(&format!("{prefix}/base/")), [base.clone()]);
+    let store = sampledb_store(&source_ns, "ledger").await;
+    let at_backup = store.read_all("row/").await.unwrap().len();
+    eventually(TIMEOUT, "50 more rows after the base backup", || async {
+        let rows = store.read_all("row/").await.ok()?;
+        (rows.len() >= at_backup + 50).then_some(())
+    })
+    .await;
+    let before = writers.stop().await;
+    let t1 = store
+        .psql(r#"select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"#)
+        .await
+        .unwrap()
+        .trim()
+        .to_owned();
+    let later = std::sync::Arc::new(store);
+    let writers = Writers::start(later.clone(), "later/", 2);
+    eventually(TIMEOUT, "50 rows after t1", || async {
+        (later.read_all("later/").await.ok()?.len() >= 50).then_some(())
+    })
+    .await;
+    let after = writers.stop().await;
+    // A base backup after t1 too: the recovery must start from the one before it.
+    let too_late = backed_up_on_demand(&source_ns, "ledger").await;
+    assert_eq!(
+        bucket.objects(&format!("{prefix}/base/")),
+        [base.clone(), format!("{prefix}/base/{too_late}.tar.gz")]
+    );
+    let segment = later
+        .psql("select pg_walfile_name(pg_switch_wal())")
+        .await
+        .unwrap()
+        .trim()
+        .to_owned();
+    eventually(TIMEOUT, "the segment with the t2 rows archived", || async {
+        let archived = later
+            .psql("select coalesce(last_archived_wal, '') from pg_stat_archiver")
+            .await
+            .ok()?;
+        (archived.trim() >= segment.as_str()).then_some(())
+    })
+    .await;
+    let wal = bucket.objects(&format!("{prefix}/wal/"));
+    assert!(
+        wal.contains(&format!("{prefix}/wal/{segment}")),
+        "{segment} in the bucket: {wal:?}"
+    );
+    println!(
+        "base backup {base}; t1 {t1}; {} segments archived up to {segment}",
+        wal.len()
+    );
+
+    let ns = TestNamespace::new("real-sdb-pitr-clone").await;
+    bucket.secret(&ns, "bucket-keys", &bucket.secret_key);
+    apply(
+        &ns,
+        &sampledb(
+            "rewound",
+            "15",
+            json!({ "restore": { "pointInTime": {
+                "s3": bucket.source(&prefix, "bucket-keys"), "targetTime": t1
+            } } }),
+        ),
+    );
+    sampledb_read_back(
+        &ns,
+        "rewound",
+        &before,
+        "PostgreSQL recovered to t1 from a base backup and the archived log",
+    )
+    .await;
+    let recovered = sampledb_store(&ns, "rewound").await;
+    let written_after = recovered.read_all("later/").await.unwrap();
+    println!(
+        "rows written after t1: {} acknowledged, {} in the recovered database",
+        after.acknowledged(),
+        written_after.len()
+    );
+    assert!(after.acknowledged() > 0, "nothing was written after t1");
+    assert_eq!(
+        written_after.len(),
+        0,
+        "rows written after t1 were recovered: {:?}",
+        written_after.keys().take(5).collect::<Vec<_>>()
+    );
 }
 
 /// One CA and the certificates a user makes for TLS EtcdClusters `clusters` in a namespace, in
