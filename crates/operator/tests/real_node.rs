@@ -1573,6 +1573,67 @@ async fn a_sampledb_cloned_from_a_bucket_after_its_namespace_was_deleted_holds_e
     .await;
 }
 
+/// `object-store put --if-absent`, as PostgreSQL's archive_command runs it against the node's
+/// store: a segment archived twice with the same bytes succeeds both times (a retry after a lost
+/// answer); other bytes under its name are refused and the first stay, as a restore reads them.
+#[test]
+fn a_wal_segment_is_archived_once_and_never_replaced() {
+    let bucket = Bucket::of_the_node();
+    let dir = std::env::temp_dir().join(format!("wal-archive-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("credentials"),
+        format!(
+            "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            bucket.access_key, bucket.secret_key
+        ),
+    )
+    .unwrap();
+    let object = format!(
+        "backups/wal-archive-{}/wal/000000010000000000000001",
+        Timestamp::now().as_millisecond()
+    );
+    let run = |verb: &str, file: &str, extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_app-operator"))
+            .args(["object-store", verb, &format!("--path={object}")])
+            .arg(format!("--file={}", dir.join(file).display()))
+            .arg(format!("--credentials-dir={}", dir.display()))
+            .args([
+                &format!("--endpoint={}", bucket.endpoint),
+                "--force-path-style",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let archive = |content: &str| {
+        std::fs::write(dir.join("segment"), content).unwrap();
+        let out = run("put", "segment", &["--if-absent"]);
+        let said = [out.stdout, out.stderr].concat();
+        (out.status.success(), String::from_utf8(said).unwrap())
+    };
+    let (archived, said) = archive("the first bytes");
+    assert!(archived, "{said}");
+    let (again, said) = archive("the first bytes");
+    assert!(
+        again && said.contains("already holds these bytes"),
+        "{said}"
+    );
+    let (replaced, said) = archive("other bytes");
+    println!("other bytes under the same name: {said}");
+    assert!(
+        !replaced && said.contains("already holds other bytes"),
+        "{said}"
+    );
+    let fetched = run("get", "fetched", &[]);
+    assert!(fetched.status.success(), "{fetched:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("fetched")).unwrap(),
+        "the first bytes"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Asks SampleDB `name` for a backup now (a new `backup-requested-at`) and waits until it
 /// succeeded: the name of its Job.
 async fn backed_up_on_demand(ns: &TestNamespace, name: &str) -> String {
