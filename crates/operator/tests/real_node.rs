@@ -1682,7 +1682,10 @@ async fn a_sampledb_recovered_to_a_time_holds_exactly_the_rows_written_before_it
     let writers = sampledb_writing(&source_ns, &object).await;
     let job = backed_up_on_demand(&source_ns, "ledger").await;
     let base = format!("{prefix}/base/{job}.tar.gz");
-    assert_eq!(bucket.objects(&format!("{prefix}/base/")), [base.clone()]);
+    assert_eq!(
+        bucket.objects(&format!("{prefix}/base/")),
+        std::slice::from_ref(&base)
+    );
     let store = sampledb_store(&source_ns, "ledger").await;
     let at_backup = store.read_all("row/").await.unwrap().len();
     eventually(TIMEOUT, "50 more rows after the base backup", || async {
