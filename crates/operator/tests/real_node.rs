@@ -1480,17 +1480,10 @@ async fn a_sampledb_cloned_from_a_bucket_after_its_namespace_was_deleted_holds_e
     // The store unreachable: a backup fails saying so while the database keeps taking writes;
     // reachable again, the next scheduled one succeeds.
     let outage = bucket.unreachable_from_pods();
-    let cut_at = Timestamp::now();
-    let message = eventually(
-        Duration::from_secs(240),
+    let message = backup_failed_from_now(
+        &source_ns,
+        "orders",
         "a backup failed: the store unreachable",
-        || async {
-            let status = sampledb_status(&source_ns, "orders");
-            let failed: Timestamp = status["backup"]["lastFailedTime"].as_str()?.parse().ok()?;
-            let last = condition(&status, "LastBackupSucceeded");
-            (failed > cut_at && last["status"] == "False")
-                .then(|| last["message"].as_str().unwrap_or_default().to_owned())
-        },
     )
     .await;
     println!("the store unreachable: {message}");
@@ -1632,6 +1625,20 @@ fn a_wal_segment_is_archived_once_and_never_replaced() {
         "the first bytes"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Waits for a backup of SampleDB `name` that fails from now on: its `LastBackupSucceeded`
+/// message.
+async fn backup_failed_from_now(ns: &TestNamespace, name: &str, waiting_for: &str) -> String {
+    let since = Timestamp::now();
+    eventually(Duration::from_secs(240), waiting_for, || async {
+        let status = sampledb_status(ns, name);
+        let failed: Timestamp = status["backup"]["lastFailedTime"].as_str()?.parse().ok()?;
+        let last = condition(&status, "LastBackupSucceeded");
+        (failed > since && last["status"] == "False")
+            .then(|| last["message"].as_str().unwrap_or_default().to_owned())
+    })
+    .await
 }
 
 /// Asks SampleDB `name` for a backup now (a new `backup-requested-at`) and waits until it
@@ -2985,20 +2992,7 @@ mod long {
         let filler = backups.join("filler");
         // Fills it: the write stops at "No space left on device".
         let _ = std::fs::write(&filler, vec![0u8; 2 << 20]);
-        let failed_after = Timestamp::now();
-        let message = eventually(
-            Duration::from_secs(120),
-            "a backup failed for want of space",
-            || async {
-                let status = sampledb_status(&ns, name);
-                let failed: Timestamp =
-                    status["backup"]["lastFailedTime"].as_str()?.parse().ok()?;
-                let last = condition(&status, "LastBackupSucceeded");
-                (failed > failed_after && last["status"] == "False")
-                    .then(|| last["message"].as_str().unwrap_or_default().to_owned())
-            },
-        )
-        .await;
+        let message = backup_failed_from_now(&ns, name, "a backup failed for want of space").await;
         println!("the backups volume full: {message}");
         // pg_dump 15 exits 0 having written nothing to a full volume; the check after it fails.
         assert!(message.contains("is not a readable archive"), "{message}");

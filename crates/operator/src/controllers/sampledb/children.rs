@@ -865,6 +865,14 @@ mod tests {
         clone
     }
 
+    fn job_pod(job: Job) -> PodSpec {
+        job.spec.unwrap().template.spec.unwrap()
+    }
+
+    fn server_pod(set: StatefulSet) -> PodSpec {
+        set.spec.unwrap().template.spec.unwrap()
+    }
+
     fn env_of<'a>(container: &'a Container, name: &str) -> Option<&'a str> {
         container
             .env
@@ -887,12 +895,7 @@ mod tests {
     fn an_archiving_database_uploads_its_wal_and_base_backups_and_a_recovery_replays_them_first() {
         let owner = OwnerReference::default();
         let helper = Some("app-operator:v1");
-        let server = stateful_set(&archiving(), &owner, "15", 1, helper)
-            .spec
-            .unwrap()
-            .template
-            .spec
-            .unwrap();
+        let server = server_pod(stateful_set(&archiving(), &owner, "15", 1, helper));
         assert_eq!(
             container_names(&server),
             ["install-app-operator", "postgres"]
@@ -914,18 +917,13 @@ mod tests {
             stateful_set(&archiving(), &owner, "15", 1, None),
             stateful_set(&in_bucket(), &owner, "15", 1, helper),
         ] {
-            let spec = plain.spec.unwrap().template.spec.unwrap();
+            let spec = server_pod(plain);
             assert_eq!(container_names(&spec), ["postgres"]);
             assert_eq!(spec.containers[0].args, None);
         }
 
         let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
-        let backup = backup_job(&archiving(), &owner, "15", tick, None, helper)
-            .spec
-            .unwrap()
-            .template
-            .spec
-            .unwrap();
+        let backup = job_pod(backup_job(&archiving(), &owner, "15", tick, None, helper));
         assert_eq!(
             container_names(&backup),
             ["backup", "upload", "upload-base"]
@@ -942,12 +940,7 @@ mod tests {
         );
         assert!(base_upload.contains(&"--series=team/db/base/db-backup-".to_owned()));
 
-        let recovery = first_job(&recovered_to_time(), &owner, helper)
-            .spec
-            .unwrap()
-            .template
-            .spec
-            .unwrap();
+        let recovery = job_pod(first_job(&recovered_to_time(), &owner, helper));
         assert_eq!(
             container_names(&recovery),
             ["install-app-operator", "fetch", "restore"]
@@ -1030,59 +1023,18 @@ mod tests {
         let db = db();
         let owner = OwnerReference::default();
         let tick: Timestamp = "2026-11-23T10:30:00Z".parse().unwrap();
+        let helper = Some("app-operator:v1");
         let specs = [
-            stateful_set(&db, &owner, "15", 1, None)
-                .spec
-                .unwrap()
-                .template
-                .spec,
-            stateful_set(&archiving(), &owner, "15", 1, Some("app-operator:v1"))
-                .spec
-                .unwrap()
-                .template
-                .spec,
-            backup_job(
-                &archiving(),
-                &owner,
-                "15",
-                tick,
-                None,
-                Some("app-operator:v1"),
-            )
-            .spec
-            .unwrap()
-            .template
-            .spec,
-            first_job(&recovered_to_time(), &owner, Some("app-operator:v1"))
-                .spec
-                .unwrap()
-                .template
-                .spec,
-            first_job(&db, &owner, None).spec.unwrap().template.spec,
-            backup_job(&db, &owner, "15", tick, None, None)
-                .spec
-                .unwrap()
-                .template
-                .spec,
-            backup_job(
-                &in_bucket(),
-                &owner,
-                "15",
-                tick,
-                None,
-                Some("app-operator:v1"),
-            )
-            .spec
-            .unwrap()
-            .template
-            .spec,
-            first_job(&cloned_from_bucket(), &owner, Some("app-operator:v1"))
-                .spec
-                .unwrap()
-                .template
-                .spec,
+            server_pod(stateful_set(&db, &owner, "15", 1, None)),
+            server_pod(stateful_set(&archiving(), &owner, "15", 1, helper)),
+            job_pod(backup_job(&archiving(), &owner, "15", tick, None, helper)),
+            job_pod(first_job(&recovered_to_time(), &owner, helper)),
+            job_pod(first_job(&db, &owner, None)),
+            job_pod(backup_job(&db, &owner, "15", tick, None, None)),
+            job_pod(backup_job(&in_bucket(), &owner, "15", tick, None, helper)),
+            job_pod(first_job(&cloned_from_bucket(), &owner, helper)),
         ];
-        for spec in specs.map(Option::unwrap) {
+        for spec in specs {
             assert_eq!(restricted_violations(&spec), Vec::<String>::new());
             assert_eq!(
                 spec.security_context.as_ref().unwrap().run_as_user,
