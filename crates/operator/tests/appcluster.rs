@@ -298,9 +298,10 @@ async fn a_crash_looping_pod_is_replaced_with_growing_delays() {
     crasher.stop().await;
     let crashed = crashed.lock().unwrap().clone();
 
-    // The first replacement goes at once; each next one waits 1 s, 2 s, 4 s after the one before.
-    // Creation times are whole seconds, and whole seconds a delay d apart are at least d apart;
-    // without a backoff each round takes well under a second.
+    // The first replacement goes at once; each next one waits 1 s, 2 s, 4 s after the one before
+    // (the delay runs from the moment the one before was created). Creation times are whole
+    // seconds, and whole seconds a delay d apart are at least d apart; without a backoff each
+    // round takes well under a second.
     let gaps: Vec<i64> = crashed[1..5]
         .windows(2)
         .map(|pair| pair[1].1 - pair[0].1)

@@ -187,11 +187,7 @@ impl AppClusterReconciler {
             }
             _ => (finished, 0),
         };
-        // Replacements are not reset by a Ready Pod: a crashing container is Ready for a while
-        // before each failure. The backoff starts over after ten quiet minutes instead.
-        if !replaced.is_empty() {
-            target.remember(|memory| FAILED_POD_BACKOFF.failed(&mut memory.failed_pods));
-        }
+        let replacing = !replaced.is_empty();
         let to_delete: Vec<String> = if active.len() > size {
             replaced
                 .into_iter()
@@ -214,6 +210,13 @@ impl AppClusterReconciler {
             let created = created.iter().filter_map(|r| r.as_ref().ok().cloned());
             memory.expectations.add(created, []);
         });
+        // The delay runs from when the replacements exist, so two replacements are never closer
+        // than it, however slow the calls were. Replacements are not reset by a Ready Pod: a
+        // crashing container is Ready for a while before each failure. The backoff starts over
+        // after ten quiet minutes instead.
+        if replacing {
+            target.remember(|memory| FAILED_POD_BACKOFF.failed(&mut memory.failed_pods));
+        }
 
         let counts = [
             (
