@@ -1060,17 +1060,6 @@ async fn restored_holds(
     (restored, read)
 }
 
-/// A fault that lasts until it is dropped (also when the test fails).
-struct Outage {
-    heal: Box<dyn Fn()>,
-}
-
-impl Drop for Outage {
-    fn drop(&mut self) {
-        (self.heal)();
-    }
-}
-
 /// The real node's S3-compatible store (`.local/cluster/node/object-store.json`, written by
 /// `cluster-up --node real`): its endpoint and keys.
 struct Bucket {
@@ -1133,30 +1122,14 @@ impl Bucket {
         ns
     }
 
-    /// The store unreachable from the cluster until the guard is dropped: the node rejects
-    /// connections to its port from anywhere but its own loopback (where the tests list it).
-    fn unreachable_from_pods(&self) -> Outage {
-        let port = self.endpoint.rsplit(':').next().unwrap().to_owned();
-        let rule = move |action: &str| {
-            let status = std::process::Command::new("iptables")
-                .args(["-w", action, "INPUT", "-p", "tcp", "--dport", &port])
-                .args([
-                    "!",
-                    "-i",
-                    "lo",
-                    "-j",
-                    "REJECT",
-                    "--reject-with",
-                    "tcp-reset",
-                ])
-                .status()
-                .unwrap();
-            assert!(status.success(), "iptables {action} INPUT … --dport {port}");
-        };
-        rule("-I");
-        Outage {
-            heal: Box::new(move || rule("-D")),
-        }
+    /// A proxy to the store on the node's address that this test alone goes through: it can
+    /// take the store away from this test's Pods (and only theirs) and bring it back.
+    /// `at` is its address, or the store's host with port 0 for a new one.
+    async fn proxy(&self, at: Option<std::net::SocketAddr>) -> testkit::proxy::FaultProxy {
+        let authority = self.endpoint.trim_start_matches("http://");
+        let store: std::net::SocketAddr = authority.parse().unwrap();
+        let at = at.unwrap_or((store.ip(), 0).into());
+        testkit::proxy::FaultProxy::start_on(at, store).await
     }
 
     /// `s3` of an EtcdBackup or a restore: the object `backups/<key>` through Secret `secret`.
@@ -1460,12 +1433,18 @@ async fn a_sampledb_cloned_from_a_bucket_after_its_namespace_was_deleted_holds_e
     let source_ns = TestNamespace::new("real-sdb-bucket").await;
     bucket.secret(&source_ns, "bucket-keys", &bucket.secret_key);
     let prefix = format!("{}/orders", source_ns.name);
+    // Backups go through a proxy of this test's own, so the outage below is this test's alone
+    // (the other tests share the store).
+    let proxy = bucket.proxy(None).await;
+    let proxied = proxy.address;
+    let mut through_proxy = bucket.source(&prefix, "bucket-keys");
+    through_proxy["endpoint"] = json!(format!("http://{proxied}"));
     let object = sampledb(
         "orders",
         "15",
         json!({ "backup": {
             "schedule": "*/15 * * * * *",
-            "s3": bucket.source(&prefix, "bucket-keys"),
+            "s3": through_proxy,
             "bucketRetention": { "maxBackups": 2 }
         } }),
     );
@@ -1479,7 +1458,8 @@ async fn a_sampledb_cloned_from_a_bucket_after_its_namespace_was_deleted_holds_e
 
     // The store unreachable: a backup fails saying so while the database keeps taking writes;
     // reachable again, the next scheduled one succeeds.
-    let outage = bucket.unreachable_from_pods();
+    // The proxy gone: nothing listens at the endpoint (connections refused), as a store down.
+    drop(proxy);
     let message = backup_failed_from_now(
         &source_ns,
         "orders",
@@ -1515,7 +1495,7 @@ async fn a_sampledb_cloned_from_a_bucket_after_its_namespace_was_deleted_holds_e
         },
     )
     .await;
-    drop(outage);
+    let _proxy = bucket.proxy(Some(proxied)).await;
     let healed_at = Timestamp::now();
     eventually(
         Duration::from_secs(240),

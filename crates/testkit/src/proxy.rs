@@ -64,7 +64,13 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Listens on a free loopback port and forwards to `upstream`.
     pub async fn start(upstream: SocketAddr) -> FaultProxy {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        FaultProxy::start_on((std::net::Ipv4Addr::LOCALHOST, 0).into(), upstream).await
+    }
+
+    /// Listens on `address` (the node's, for Pods to reach; port 0 for a free one) and forwards
+    /// to `upstream`.
+    pub async fn start_on(address: SocketAddr, upstream: SocketAddr) -> FaultProxy {
+        let listener = TcpListener::bind(address)
             .await
             .unwrap_or_else(|e| panic!("binding the fault proxy: {e}"));
         let address = listener
