@@ -865,6 +865,7 @@ fn a_base_backup_and_the_archived_log_recover_the_rows_committed_before_a_time()
     ));
     ok(source.psql(DATABASE, "INSERT INTO items VALUES (5, 'after the target')"));
     let segment = ok(source.psql("postgres", "SELECT pg_walfile_name(pg_switch_wal())"));
+    // Waits (60 s at most) for the server's archive_command to copy the switched segment.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !archive.join(&segment).exists() {
         assert!(

@@ -330,7 +330,7 @@ fn access_rules_config_map(db: &str) -> String {
 /// With `backup.archiveWal` (and the operator's image): the server archives each write-ahead
 /// log segment to the bucket through the operator's binary, copied in by an init container,
 /// and reads its access rules from [`access_rules`].
-fn archiving(db: &SampleDB, helper_image: Option<&str>, pod: &mut PodSpec) {
+fn with_wal_archiving(db: &SampleDB, helper_image: Option<&str>, pod: &mut PodSpec) {
     let (Some(s3), Some(helper_image), true) =
         (&db.spec.backup.s3, helper_image, db.spec.backup.archive_wal)
     else {
@@ -421,7 +421,7 @@ pub fn stateful_set(
         volumes: Some(vec![claim_volume("data", data_claim(&name))]),
         ..PodSpec::default()
     };
-    archiving(db, helper_image, &mut pod);
+    with_wal_archiving(db, helper_image, &mut pod);
     StatefulSet {
         metadata: meta(db, name.clone(), "database", Some(owner)),
         spec: Some(StatefulSetSpec {

@@ -12,9 +12,8 @@ require_env PGDATA PGUSER PGPASSWORD BASE_BACKUP RESTORE_COMMAND TARGET_TIME
 require_not_root
 [[ -f "$BASE_BACKUP" ]] || fail "base backup $BASE_BACKUP not found"
 
-# conf_quoted VALUE: a postgresql.conf string. sql_literal VALUE, sql_name VALUE: SQL's.
-conf_quoted() { printf "'%s'" "${1//\'/\'\'}"; }
-sql_literal() { printf "'%s'" "${1//\'/\'\'}"; }
+# quoted VALUE: a string in postgresql.conf and in SQL alike. sql_name VALUE: an SQL identifier.
+quoted() { printf "'%s'" "${1//\'/\'\'}"; }
 sql_name() { printf '"%s"' "${1//\"/\"\"}"; }
 
 if [[ -e "$PGDATA" ]]; then
@@ -30,8 +29,8 @@ tar -xzf "$BASE_BACKUP" -C "$PGDATA" || fail "could not unpack the base backup $
 work=$(mktemp -d)
 cp "$PGDATA/postgresql.auto.conf" "$work/postgresql.auto.conf"
 {
-    echo "restore_command = $(conf_quoted "$RESTORE_COMMAND")"
-    echo "recovery_target_time = $(conf_quoted "$TARGET_TIME")"
+    echo "restore_command = $(quoted "$RESTORE_COMMAND")"
+    echo "recovery_target_time = $(quoted "$TARGET_TIME")"
     echo "recovery_target_action = 'promote'"
 } >>"$PGDATA/postgresql.auto.conf"
 touch "$PGDATA/recovery.signal"
@@ -62,8 +61,8 @@ cp "$work/postgresql.auto.conf" "$PGDATA/postgresql.auto.conf"
 # Single-user mode needs no role to log in as: it sets the superuser this SampleDB's Secret names.
 echo "recover.sh: setting the password of $PGUSER"
 role=$(sql_name "$PGUSER")
-password=$(sql_literal "$PGPASSWORD")
-statement="DO \$\$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = $(sql_literal "$PGUSER")) THEN ALTER ROLE $role WITH SUPERUSER LOGIN PASSWORD $password; ELSE CREATE ROLE $role WITH SUPERUSER LOGIN PASSWORD $password; END IF; END \$\$;"
+password=$(quoted "$PGPASSWORD")
+statement="DO \$\$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = $(quoted "$PGUSER")) THEN ALTER ROLE $role WITH SUPERUSER LOGIN PASSWORD $password; ELSE CREATE ROLE $role WITH SUPERUSER LOGIN PASSWORD $password; END IF; END \$\$;"
 printf '%s\n' "$statement" | postgres --single -D "$PGDATA" -c archive_mode=off postgres >/dev/null 2>"$work/single.log" ||
     fail "could not set the password of $PGUSER: $(grep -m1 -E 'ERROR|FATAL' "$work/single.log" || echo 'single-user mode failed')"
 if grep -q -E 'ERROR|FATAL' "$work/single.log"; then
