@@ -33,6 +33,11 @@ pub enum Fault {
     /// server: every answer is late by it; requests still go out at once, none waits for
     /// another).
     Delay(Duration),
+    /// Read every request and forward none until the fault changes, then all of them in order;
+    /// answers pass. What a deposed leader's writes look like when the network holds them: sent
+    /// while it led, arriving after its successor's (a "zombie" write). The connection must
+    /// stay open meanwhile (a stopped process's does).
+    HoldRequests,
 }
 
 /// The fault in force, and the number the next connection will get when it was set.
@@ -195,7 +200,7 @@ enum Then {
 /// so a delay holds every chunk for its time without holding up the ones read after it (a slow
 /// link, not a serialised one).
 async fn pump(from: &TcpStream, to: &TcpStream, connection: Connection, leg: Leg) {
-    let (held, mut due) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let (held, mut due) = tokio::sync::mpsc::unbounded_channel::<(Instant, bool, Vec<u8>)>();
     let mut faults = connection.clone();
     let reading = async move {
         let mut buffer = vec![0u8; 16 * 1024];
@@ -210,6 +215,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, connection: Connection, leg: Leg
                 Fault::Delay(delay) if leg == Leg::Answer => delay,
                 _ => Duration::ZERO,
             };
+            let hold = fault == Fault::HoldRequests && leg == Leg::Request;
             let read = tokio::select! {
                 read = read_some(from, &mut buffer) => read,
                 changed = faults.settings.changed() => {
@@ -223,15 +229,25 @@ async fn pump(from: &TcpStream, to: &TcpStream, connection: Connection, leg: Leg
                 return Then::Flush;
             };
             let chunk = buffer.get(..count).unwrap_or_default().to_vec();
-            if held.send((Instant::now() + delay, chunk)).is_err() {
+            if held.send((Instant::now() + delay, hold, chunk)).is_err() {
                 return Then::Stop;
             }
         }
     };
     let mut faults = connection;
     let writing = async move {
-        while let Some((at, chunk)) = due.recv().await {
+        while let Some((at, hold, chunk)) = due.recv().await {
             tokio::time::sleep_until(at).await;
+            if hold {
+                let number = faults.number;
+                let released = faults
+                    .settings
+                    .wait_for(|s| s.on(number) != Fault::HoldRequests)
+                    .await;
+                if released.is_err() {
+                    return;
+                }
+            }
             // The fault may have changed while it was held: hold it through a blackhole.
             match faults.unless_blackholed().await {
                 None | Some(Fault::Refuse | Fault::Reset) => return,
@@ -347,6 +363,20 @@ mod tests {
         let mut buffer = [0u8; 3];
         let silent = tokio::time::timeout(Duration::from_secs(1), open.read(&mut buffer)).await;
         assert!(silent.is_err(), "the open connection answered: {silent:?}");
+    }
+
+    #[tokio::test]
+    async fn held_requests_reach_the_server_only_when_released_and_in_order() {
+        let (proxy, mut client) = echoing_connection().await;
+        proxy.set(Fault::HoldRequests);
+        client.write_all(b"a").await.unwrap();
+        client.write_all(b"b").await.unwrap();
+        let mut answer = [0u8; 2];
+        let held = tokio::time::timeout(Duration::from_secs(1), client.read(&mut answer)).await;
+        assert!(held.is_err(), "a held request was answered: {held:?}");
+        proxy.set(Fault::Pass);
+        client.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"ab", "released, in order");
     }
 
     #[tokio::test]
