@@ -27,6 +27,9 @@ pub struct AuditEvent {
     /// The user the request acted as: the impersonated one if any, else the authenticated one
     /// (`system:serviceaccount:ns:name`, `admin`).
     pub user: String,
+    /// The Pod a ServiceAccount token (or an impersonation) says the request came from, if any:
+    /// tells apart replicas that act as one ServiceAccount.
+    pub pod: String,
     pub user_agent: String,
     /// `create`, `update`, `patch`, `delete`, `deletecollection`.
     pub verb: String,
@@ -64,8 +67,13 @@ fn parse(line: &str) -> Option<AuditEvent> {
         none if none.is_empty() => text("/user/username"),
         impersonated => impersonated,
     };
+    let pod = match text("/impersonatedUser/extra/authentication.kubernetes.io~1pod-name/0") {
+        none if none.is_empty() => text("/user/extra/authentication.kubernetes.io~1pod-name/0"),
+        impersonated => impersonated,
+    };
     Some(AuditEvent {
         user,
+        pod,
         user_agent: text("/userAgent"),
         verb: text("/verb"),
         resource,
@@ -95,10 +103,23 @@ mod tests {
             ("patch", "myapps/status", "web", 200)
         );
         assert_eq!(event.user, "system:serviceaccount:ops:app-operator");
+        assert_eq!(event.pod, "");
         assert_eq!(
             event.at,
             "2026-11-24T12:00:01.5Z".parse::<Timestamp>().unwrap()
         );
         assert_eq!(parse(&line[..line.len() / 2]), None);
+    }
+
+    #[test]
+    fn the_pod_is_read_from_the_token_or_the_impersonation() {
+        let from_token = r#"{"verb":"create","user":{"username":"system:serviceaccount:ops:app-operator","extra":{"authentication.kubernetes.io/pod-name":["app-operator-7f9-x2"]}},"objectRef":{"resource":"pods"},"responseStatus":{"code":201},"stageTimestamp":"2026-11-24T12:00:01Z"}"#;
+        let impersonated = r#"{"verb":"create","user":{"username":"admin"},"impersonatedUser":{"username":"system:serviceaccount:ops:app-operator","extra":{"authentication.kubernetes.io/pod-name":["replica-b"]}},"objectRef":{"resource":"pods"},"responseStatus":{"code":403},"stageTimestamp":"2026-11-24T12:00:01Z"}"#;
+        assert_eq!(parse(from_token).unwrap().pod, "app-operator-7f9-x2");
+        let event = parse(impersonated).unwrap();
+        assert_eq!(
+            (event.user.as_str(), event.pod.as_str()),
+            ("system:serviceaccount:ops:app-operator", "replica-b")
+        );
     }
 }
