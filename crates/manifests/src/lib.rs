@@ -27,7 +27,8 @@ pub enum ManifestsError {
 
 /// `(path relative to the repository, content)` of every generated file; `repo` is read for
 /// the files copied from hand-written ones (`config/rbac/role.yaml`,
-/// `config/rbac/owned_objects_policy.yaml`, `config/prometheus/alerts.yaml`,
+/// `config/rbac/owned_objects_policy.yaml`, `config/fencing/leader_writes_policy.yaml`,
+/// `config/prometheus/alerts.yaml`,
 /// `config/grafana/dashboard.json`).
 pub fn generated_files(repo: &Path) -> Result<Vec<(String, String)>, ManifestsError> {
     let read = |file: &'static str| {
@@ -55,14 +56,24 @@ pub fn generated_files(repo: &Path) -> Result<Vec<(String, String)>, ManifestsEr
         marker: "spec:",
     })?;
     files.push(("charts/app-operator/files/alert-groups.yaml".into(), groups));
-    const POLICY: &str = "config/rbac/owned_objects_policy.yaml";
-    files.push((
-        "charts/app-operator/files/owned-objects-policy.yaml".into(),
-        format!(
-            "# Generated from {POLICY} by `make manifests`; the chart puts its own names in.\n{}",
-            read(POLICY)?
+    for (policy, copy) in [
+        (
+            "config/rbac/owned_objects_policy.yaml",
+            "charts/app-operator/files/owned-objects-policy.yaml",
         ),
-    ));
+        (
+            "config/fencing/leader_writes_policy.yaml",
+            "charts/app-operator/files/leader-writes-policy.yaml",
+        ),
+    ] {
+        files.push((
+            copy.into(),
+            format!(
+                "# Generated from {policy} by `make manifests`; the chart puts its own names in.\n{}",
+                read(policy)?
+            ),
+        ));
+    }
     files.push((
         "charts/app-operator/files/dashboard.json".into(),
         read("config/grafana/dashboard.json")?,

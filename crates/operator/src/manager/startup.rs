@@ -99,11 +99,18 @@ pub fn own_namespace() -> String {
         .unwrap_or_else(|| "default".into())
 }
 
-/// A leader election identity unique to this process: host name (the Pod name in a cluster) and
-/// a random suffix, as client-go uses.
+/// A leader election identity unique to this process: the Pod name (`POD_NAME`, else the host
+/// name, which is the Pod name in a cluster) and a random suffix, as client-go uses. The leader
+/// writes policy (config/fencing/leader_writes_policy.yaml) reads the Pod name back from it.
 pub fn identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
+    let host = std::env::var("POD_NAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
         .unwrap_or_default();
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
