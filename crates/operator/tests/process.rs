@@ -492,15 +492,6 @@ fn an_unreachable_api_server_and_bad_flags_fail_with_one_clear_line() {
 }
 
 /// A client authenticated by a ServiceAccount token.
-async fn client_with_token(token: &str) -> kube::Client {
-    let mut config = testkit::config().await;
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.to_owned().into()),
-        ..Default::default()
-    };
-    kube::Client::try_from(config).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
     let ns = TestNamespace::new("process-rbac").await;
@@ -608,7 +599,8 @@ async fn the_cluster_role_is_enough_for_every_controller_and_no_more() {
 
     // And no more: no listing Secrets, no deleting Namespaces, no RBAC objects.
     let identity =
-        client_with_token(&testkit::service_account_token(&ns.name, "app-operator").await).await;
+        testkit::client_with_token(&testkit::service_account_token(&ns.name, "app-operator").await)
+            .await;
     let forbidden = |result: Result<(), kube::Error>| match result {
         Err(kube::Error::Api(status)) => status.code == 403,
         _ => false,

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, LogParams};
+use kube::api::{DeleteParams, ListParams, LogParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use testkit::{TestNamespace, eventually, kubectl, kubectl_ok, running_and_ready};
@@ -715,6 +715,69 @@ async fn the_deployed_operators_metrics_answer_only_a_bound_token() {
         "clusterrolebinding",
         &format!("{}-scraper", ns.name),
     ]);
+}
+
+/// Fencing, opted into as docs/architecture.md says (`kubectl apply -k config/fencing` beside
+/// `make deploy`): the leader writes policy lets the operator's ServiceAccount write from the Pod
+/// that holds the leader election Lease and refuses it from the standby's, each with a token
+/// bound to its Pod as the kubelet mounts one. The policy stays: removing its binding would
+/// leave this API server reading a stale Lease (see config/fencing/leader_writes_policy.yaml).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_deployed_operators_leader_may_write() {
+    let ns = TestNamespace::new("real-fenced").await;
+    let fencing = format!("{}/../../config/fencing", env!("CARGO_MANIFEST_DIR"));
+    kubectl_ok(&["apply", "--server-side", "-k", &fencing]);
+    let client = testkit::client().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let replicas = ListParams::default().labels("control-plane=controller-manager");
+    // Another test deletes the leader's Pod: each try reads the holder and the replicas afresh.
+    let seen = eventually(
+        Duration::from_secs(90),
+        "the leader's write passes and the standby's is refused",
+        || async {
+            let lease = leases.get("app-operator.example.com").await.ok()?;
+            let holder = lease.spec?.holder_identity?;
+            let live: Vec<Pod> = pods
+                .list(&replicas)
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+                .collect();
+            if live.len() != 2 {
+                return None;
+            }
+            let mut seen = Vec::new();
+            for pod in &live {
+                let name = pod.name_any();
+                let account = "app-operator-controller-manager";
+                let token =
+                    testkit::pod_token(OPERATOR_NAMESPACE, account, &name, &pod.uid()?).await?;
+                let configmaps: Api<ConfigMap> =
+                    Api::namespaced(testkit::client_with_token(&token).await, &ns.name);
+                let configmap: ConfigMap =
+                    testkit::object(json!({ "metadata": { "generateName": "fence-" } }));
+                let written = configmaps.create(&PostParams::default(), &configmap).await;
+                match (holder.starts_with(&format!("{name}_")), written) {
+                    (true, Ok(_)) => seen.push(format!("{name}, the leader: written")),
+                    (false, Err(kube::Error::Api(status)))
+                        if status.code == 403
+                            && status
+                                .message
+                                .contains("app-operator writes only while it leads") =>
+                    {
+                        seen.push(format!("{name}, the standby: {}", status.message));
+                    }
+                    _ => return None,
+                }
+            }
+            Some(seen)
+        },
+    )
+    .await;
+    println!("{seen:#?}");
 }
 
 /// The operator as `make deploy` runs it: both replicas Ready, one holds the lease, and when

@@ -90,6 +90,33 @@ pub async fn service_account_token(namespace: &str, name: &str) -> String {
     response.status.map(|s| s.token).unwrap_or_default()
 }
 
+/// A token of the ServiceAccount `namespace/account` bound to the Pod `pod` (`uid`), as the
+/// kubelet mounts one into it: the API server then names the Pod in the user's `extra`
+/// (`authentication.kubernetes.io/pod-name`). `None` if refused (the Pod is gone).
+pub async fn pod_token(namespace: &str, account: &str, pod: &str, uid: &str) -> Option<String> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client().await, namespace);
+    let request = serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": { "expirationSeconds": 3600,
+                  "boundObjectRef": { "apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid } }
+    });
+    let response: k8s_openapi::api::authentication::v1::TokenRequest = accounts
+        .create_subresource("token", account, &PostParams::default(), &request)
+        .await
+        .ok()?;
+    response.status.map(|s| s.token)
+}
+
+/// A client that authenticates with `token` alone.
+pub async fn client_with_token(token: &str) -> Client {
+    let mut config = config().await;
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.to_owned().into()),
+        ..Default::default()
+    };
+    Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// A kubeconfig (written to `path`) that authenticates as the ServiceAccount `namespace/name`:
 /// to run the operator under its real identity.
 pub async fn service_account_kubeconfig(namespace: &str, name: &str, path: &std::path::Path) {
