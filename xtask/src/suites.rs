@@ -266,9 +266,29 @@ pub(crate) async fn test(cargo_args: &[String]) -> Result<ExitCode> {
         bail!("cargo test failed ({status})");
     }
     smoke?;
+    chaos_smoke(&tools)?;
     test_oldest_kubernetes(&tools).await?;
     test_real_node(&tools, RealNodeTests::Quick).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The rows of the fault suite `make test` runs (each on a control plane of its own, a minute or
+/// so), with a short quiet check: the zombie-write row, which also proves the shipped RBAC and
+/// admission policies let a leader work.
+const CHAOS_SMOKE: &[&str] = &["a_deposed_leaders_held_writes_are_refused"];
+
+fn chaos_smoke(tools: &Tools) -> Result<()> {
+    let rows: Vec<String> = CHAOS_SMOKE.iter().map(|row| (*row).to_owned()).collect();
+    let status = cargo_test(
+        tools,
+        &["--locked", "-p", "app-operator", "--test", "chaos", "--"],
+        &rows,
+        &[("APP_OPERATOR_CHAOS_QUIET_SECS", OsStr::new("10"))],
+    )?;
+    if !status.success() {
+        bail!("the fault suite's smoke rows failed ({status})");
+    }
+    Ok(())
 }
 
 /// The suites that say the CRDs install (their CEL rules compile), the operator's RBAC is enough

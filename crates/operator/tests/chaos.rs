@@ -5,6 +5,8 @@
 //! never more, no panic, and no operator write for two minutes once converged. That last check
 //! of a row runs while the next row does (see [`Aftermath`]), so this file is its own harness
 //! (`harness = false`): `cargo xtask chaos <part of a row's name>` runs the rows matching it.
+//! The operator runs as users run it: as its ServiceAccount (from the Pod each replica plays),
+//! under its own ClusterRole, Role and admission policies from `config/default`.
 //!
 //! Too long for `make test` (its smoke subset is `faults.rs` and the restart tests in
 //! `process.rs`); `test = false` in Cargo.toml keeps it out of `cargo test`.
@@ -60,8 +62,36 @@ fn quiet() -> Duration {
             .unwrap_or(120),
     )
 }
-/// The user the operator acts as (impersonated), so the audit log tells its writes apart.
+/// The Pod the operator plays: it acts as its ServiceAccount from that Pod (impersonated), under
+/// its own ClusterRole and policies, and the audit log tells its writes apart by the Pod.
 const OPERATOR: &str = "chaos-operator";
+/// The namespace of the leader election Lease: where `config/rbac` lets the operator hold it,
+/// and where the leader writes policy reads it.
+const LEASE_NAMESPACE: &str = "app-operator-system";
+/// Whether this run is the suite's mutation check (`APP_OPERATOR_CHAOS_MUTATE=1`): each row
+/// that has a mutation runs a deliberately broken operator (or leaves out what protects it), and
+/// must then fail. docs/architecture.md's table says which row catches which.
+fn mutated() -> bool {
+    std::env::var_os("APP_OPERATOR_CHAOS_MUTATE").is_some()
+}
+
+/// `flags` in the mutation check (see [`mutated`]), else none.
+fn mutation(flags: &'static [&'static str]) -> &'static [&'static str] {
+    if mutated() { flags } else { &[] }
+}
+
+/// A leader that holds on to its lease for 30 s without renewing it (40 s lease): what the rows
+/// on a cut-off or slow leader must catch.
+const SLOW_TO_STEP_DOWN: &[&str] = &[
+    "--leader-election-renew-deadline=30s",
+    "--leader-election-lease-duration=40s",
+];
+
+/// The leader election flags of every row with more than one replica.
+const ELECTION: [&str; 2] = [
+    "--leader-elect",
+    "--leader-election-namespace=app-operator-system",
+];
 
 /// Runs the rows whose names contain one of the arguments (every row without any), one after
 /// another; each row's quiet check runs beside the next row. Flags (`--nocapture`, ...) are
@@ -90,7 +120,7 @@ macro_rules! rows {
 }
 
 async fn run(filters: &[String]) -> ExitCode {
-    let all: [Row; 12] = rows![
+    let all: [Row; 13] = rows![
         sigkill_at_a_random_moment_of_a_burst_then_restart,
         changes_made_while_the_operator_was_down_are_reflected_after_it_starts,
         a_standby_takes_over_within_20_s_of_a_leader_killed_mid_burst,
@@ -103,6 +133,7 @@ async fn run(filters: &[String]) -> ExitCode {
         a_slow_api_server_keeps_the_lease_at_1_and_3_s_and_takes_it_away_cleanly_at_6_s,
         dead_watches_are_replaced_and_edits_applied_within_70_s,
         throttled_by_priority_and_fairness_the_operator_still_converges,
+        a_deposed_leaders_held_writes_are_refused_once_its_successor_leads,
     ];
     let rows: Vec<Row> = all
         .into_iter()
@@ -182,6 +213,8 @@ enum Until {
 impl Scene {
     async fn new(row: &str) -> Scene {
         let cluster = OwnCluster::up(&format!("chaos-{row}"), true).await;
+        // The zombie-write row's mutation: no fencing.
+        cluster.install_operator_rbac(!mutated());
         let client = cluster.client().await;
         Scene { cluster, client }
     }
@@ -194,10 +227,11 @@ impl Scene {
         Api::namespaced(self.client.clone(), "default")
     }
 
-    /// The operator (MyApp and AppCluster controllers) acting as `user`, through `kubeconfig`
-    /// if given (a proxy's), with `extra` flags.
-    fn operator(&self, user: &str, kubeconfig: Option<&Path>, extra: &[&str]) -> OperatorProcess {
-        let own = self.cluster.kubeconfig_as(user);
+    /// The operator (MyApp and AppCluster controllers) as a replica in the Pod `pod`: its
+    /// ServiceAccount, impersonated from that Pod (see [`OwnCluster::install_operator_rbac`]),
+    /// through `kubeconfig` if given (a proxy's), with `extra` flags.
+    fn operator(&self, pod: &str, kubeconfig: Option<&Path>, extra: &[&str]) -> OperatorProcess {
+        let own = self.cluster.kubeconfig_as_pod(pod);
         let args = [
             &[
                 "--controllers=myapp,appcluster",
@@ -206,7 +240,7 @@ impl Scene {
             extra,
         ]
         .concat();
-        OperatorProcess::spawn(kubeconfig.unwrap_or(&own), &args)
+        OperatorProcess::spawn_with_env(kubeconfig.unwrap_or(&own), &args, &[("POD_NAME", pod)])
     }
 
     /// Creates MyApps `first..first + count` (`app-<i>`), ten requests at a time; those whose
@@ -443,13 +477,14 @@ impl Scene {
         None
     }
 
-    /// The writes `user` made (leases aside: renewing one is what a leader does) at or after
-    /// `since`.
-    fn writes_by(&self, user: &str, since: Timestamp) -> Vec<String> {
+    /// The writes the replica in the Pod `who` made (leases aside: renewing one is
+    /// what a leader does) at or after `since`.
+    fn writes_by(&self, who: &str, since: Timestamp) -> Vec<String> {
         self.cluster
             .audit()
             .into_iter()
-            .filter(|e| e.user == user && e.at >= since && e.resource != "leases")
+            .filter(|e| e.pod == who && e.at >= since)
+            .filter(|e| e.resource != "leases")
             .map(|e| {
                 format!(
                     "{} {} {} {} at {}",
@@ -499,11 +534,7 @@ impl Aftermath {
 }
 
 fn sigkill(operator: &mut OperatorProcess) {
-    kill(
-        Pid::from_raw(i32::try_from(operator.pid()).unwrap()),
-        Signal::SIGKILL,
-    )
-    .unwrap();
+    signal(operator, Signal::SIGKILL);
     operator.wait();
 }
 
@@ -651,18 +682,26 @@ async fn changes_made_while_the_operator_was_down_are_reflected_after_it_starts(
 
 async fn a_standby_takes_over_within_20_s_of_a_leader_killed_mid_burst() -> Aftermath {
     let scene = Scene::new("leader-kill").await;
-    let election = ["--leader-elect", "--leader-election-namespace=default"];
-    let mut leader = scene.operator("chaos-replica-a", None, &election);
+    let mut leader = scene.operator("chaos-replica-a", None, &ELECTION);
     leader.ready().await;
     eventually(support::TIMEOUT, "replica a to lead", || async {
         let lease = scene.cluster.audit();
         lease
             .iter()
-            .any(|e| e.user == "chaos-replica-a" && e.resource == "leases" && e.code < 300)
+            .any(|e| e.pod == "chaos-replica-a" && e.resource == "leases" && e.code < 300)
             .then_some(())
     })
     .await;
-    let standby = scene.operator("chaos-replica-b", None, &election);
+    // Mutated: the standby elects itself on a lease of its own, a second leader at once.
+    let standby = scene.operator(
+        "chaos-replica-b",
+        None,
+        &[
+            &ELECTION[..],
+            mutation(&["--leader-election-id=chaos-other"]),
+        ]
+        .concat(),
+    );
     standby.ready().await;
 
     let burst = scene.create_my_apps(0, 100, 0);
@@ -681,11 +720,11 @@ async fn a_standby_takes_over_within_20_s_of_a_leader_killed_mid_burst() -> Afte
         .cluster
         .audit()
         .into_iter()
-        .filter(|e| e.resource != "leases" && e.user.starts_with("chaos-replica-"))
+        .filter(|e| e.resource != "leases" && e.pod.starts_with("chaos-replica-"))
         .collect();
     let first_standby = writes
         .iter()
-        .find(|e| e.user == "chaos-replica-b")
+        .find(|e| e.pod == "chaos-replica-b")
         .expect("the standby wrote")
         .at;
     let taking_over = first_standby.duration_since(killed);
@@ -696,7 +735,7 @@ async fn a_standby_takes_over_within_20_s_of_a_leader_killed_mid_burst() -> Afte
     );
     let overlap: Vec<_> = writes
         .iter()
-        .filter(|e| e.user == "chaos-replica-a" && e.at >= first_standby)
+        .filter(|e| e.pod == "chaos-replica-a" && e.at >= first_standby)
         .collect();
     assert!(
         overlap.is_empty(),
@@ -856,12 +895,12 @@ fn assert_one_writer_at_a_time(scene: &Scene) {
         .cluster
         .audit()
         .into_iter()
-        .filter(|e| e.user.starts_with("chaos-replica-") && e.resource != "leases")
+        .filter(|e| e.pod.starts_with("chaos-replica-") && e.resource != "leases")
         .collect();
-    if let Some(first) = writes.iter().find(|e| e.user == "chaos-replica-b") {
+    if let Some(first) = writes.iter().find(|e| e.pod == "chaos-replica-b") {
         let overlap: Vec<_> = writes
             .iter()
-            .filter(|e| e.user == "chaos-replica-a" && e.at >= first.at)
+            .filter(|e| e.pod == "chaos-replica-a" && e.at >= first.at)
             .collect();
         assert!(
             overlap.is_empty(),
@@ -872,17 +911,13 @@ fn assert_one_writer_at_a_time(scene: &Scene) {
 
 /// The holder of the operator's leader election Lease, if it exists and names one.
 async fn lease_holder(scene: &Scene) -> Option<String> {
-    let lease = scene
-        .api::<Lease>()
-        .get_opt("app-operator.example.com")
-        .await
-        .ok()??;
+    let leases: Api<Lease> = Api::namespaced(scene.client.clone(), LEASE_NAMESPACE);
+    let lease = leases.get_opt("app-operator.example.com").await.ok()??;
     lease.spec?.holder_identity
 }
 
 async fn a_lease_with_a_skewed_renew_time_is_taken_after_its_duration_on_our_clock() -> Aftermath {
     let scene = Scene::new("lease-skew").await;
-    let election = ["--leader-elect", "--leader-election-namespace=default"];
     let mut leader = None;
     for skew_secs in [3600, -3600] {
         // The previous case's leader goes (killed) before the lease is replaced.
@@ -901,17 +936,13 @@ async fn a_lease_with_a_skewed_renew_time_is_taken_after_its_duration_on_our_clo
                 ..Default::default()
             }),
         };
-        let _ = scene
-            .api::<Lease>()
+        let leases: Api<Lease> = Api::namespaced(scene.client.clone(), LEASE_NAMESPACE);
+        let _ = leases
             .delete("app-operator.example.com", &Default::default())
             .await;
-        scene
-            .api::<Lease>()
-            .create(&PostParams::default(), &lease)
-            .await
-            .unwrap();
+        leases.create(&PostParams::default(), &lease).await.unwrap();
         let started = Instant::now();
-        let operator = scene.operator(OPERATOR, None, &election);
+        let operator = scene.operator(OPERATOR, None, &ELECTION);
         let holder = eventually(Duration::from_secs(40), "the lease taken", || async {
             lease_holder(&scene)
                 .await
@@ -944,27 +975,31 @@ fn holder_mark(operator: &OperatorProcess) -> String {
 }
 
 /// Two replicas with leader election: `chaos-replica-a` through a fault proxy, leading, and
-/// `chaos-replica-b` standing by, ready.
+/// `chaos-replica-b` standing by, ready. Mutated, the leader is [`SLOW_TO_STEP_DOWN`].
 async fn proxied_leader_and_standby(
     scene: &Scene,
 ) -> (FaultProxy, OperatorProcess, OperatorProcess) {
-    let election = ["--leader-elect", "--leader-election-namespace=default"];
     let (proxy, proxied) = through_proxy(scene, "chaos-replica-a").await;
-    let leader = scene.operator("chaos-replica-a", Some(&proxied), &election);
+    let flags = [&ELECTION[..], mutation(SLOW_TO_STEP_DOWN)].concat();
+    let leader = scene.operator("chaos-replica-a", Some(&proxied), &flags);
     let leads = holder_mark(&leader);
     eventually(support::TIMEOUT, "replica a to lead", || async {
         lease_holder(scene).await.filter(|h| h.contains(&leads))
     })
     .await;
-    let standby = scene.operator("chaos-replica-b", None, &election);
+    let standby = scene.operator("chaos-replica-b", None, &ELECTION);
     standby.ready().await;
     (proxy, leader, standby)
 }
 
 /// A kubeconfig acting as `user` through a new fault proxy.
 async fn through_proxy(scene: &Scene, user: &str) -> (FaultProxy, std::path::PathBuf) {
-    let own = scene.cluster.kubeconfig_as(user);
-    let server = std::fs::read_to_string(&own)
+    proxied(scene, &scene.cluster.kubeconfig_as_pod(user), user).await
+}
+
+/// A copy of the kubeconfig `own`, named after `who`, whose server is a new fault proxy.
+async fn proxied(scene: &Scene, own: &Path, who: &str) -> (FaultProxy, std::path::PathBuf) {
+    let server = std::fs::read_to_string(own)
         .unwrap()
         .lines()
         .find_map(|l| l.trim().strip_prefix("server: https://").map(str::to_owned))
@@ -974,8 +1009,8 @@ async fn through_proxy(scene: &Scene, user: &str) -> (FaultProxy, std::path::Pat
         .cluster
         .layout
         .state_dir
-        .join(format!("{user}-proxied.kubeconfig"));
-    proxy.kubeconfig(&own, &proxied);
+        .join(format!("{who}-proxied.kubeconfig"));
+    proxy.kubeconfig(own, &proxied);
     (proxy, proxied)
 }
 
@@ -1194,7 +1229,8 @@ async fn throttled_by_priority_and_fairness_the_operator_still_converges() -> Af
               "spec": { "priorityLevelConfiguration": { "name": "chaos-one-seat" },
                   "matchingPrecedence": 100,
                   "rules": [{
-                      "subjects": [{ "kind": "User", "user": { "name": OPERATOR } }],
+                      "subjects": [{ "kind": "ServiceAccount", "serviceAccount": {
+                          "name": "app-operator-controller-manager", "namespace": LEASE_NAMESPACE } }],
                       "resourceRules": [{ "verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
                                           "namespaces": ["*"], "clusterScope": true }] }] } },
         ]
@@ -1232,4 +1268,109 @@ async fn throttled_by_priority_and_fairness_the_operator_still_converges() -> Af
         writer: OPERATOR,
         operators: vec![operator],
     }
+}
+
+/// Zombie writes: the leader's requests are held on the way (its answers still come) while ten
+/// MyApps get a new image, so its applies of that image are sent but not delivered; it is then
+/// paused (SIGSTOP: as a process stalled by its node), loses the lease, and its successor applies
+/// that image and then a newer one. Only then are the held requests delivered, and the paused
+/// leader resumed. Both replicas run as the operator's ServiceAccount under its own ClusterRole
+/// and policies (config/default), each as the Pod it plays. The leader writes policy
+/// (config/fencing/leader_writes_policy.yaml) must refuse every write of the deposed leader that
+/// reaches the API server after its successor's first: none may change an object. Run with
+/// `APP_OPERATOR_CHAOS_MUTATE=1`, the policy is left out (the mutation this row catches).
+async fn a_deposed_leaders_held_writes_are_refused_once_its_successor_leads() -> Aftermath {
+    let scene = Scene::new("zombie").await;
+    let (old, new) = ("chaos-replica-a", "chaos-replica-b");
+    let (proxy, proxied) = proxied(&scene, &scene.cluster.kubeconfig_as_pod(old), old).await;
+    let mut leader = scene.operator(old, Some(&proxied), &ELECTION);
+    let leads = holder_mark(&leader);
+    eventually(support::TIMEOUT, "replica a to lead", || async {
+        lease_holder(&scene).await.filter(|h| h.contains(&leads))
+    })
+    .await;
+    let standby = scene.operator(new, None, &ELECTION);
+    standby.ready().await;
+    scene.create_my_apps(0, 10, 0).await;
+    scene
+        .converged(support::TIMEOUT, "the first convergence")
+        .await;
+
+    proxy.set(Fault::HoldRequests);
+    scene.set_images(0..10, "nginx:1.28").await;
+    // The leader saw the edits (its watches' answers pass) and its applies are on the way: its
+    // workers wait on them.
+    let active = r#"controller_runtime_active_workers{controller="myapp"}"#;
+    eventually(support::TIMEOUT, "the leader's applies held", || async {
+        (leader.metric(active).await? >= 1.0).then_some(())
+    })
+    .await;
+    signal(&leader, Signal::SIGSTOP);
+    let first_new = eventually(support::TIMEOUT, "the successor's first write", || async {
+        scene
+            .cluster
+            .audit()
+            .into_iter()
+            .find(|e| e.pod == new && e.resource != "leases" && e.code < 300)
+            .map(|e| e.at)
+    })
+    .await;
+    scene.set_images(0..10, "nginx:1.29").await;
+    scene
+        .applied(CONVERGED, "the successor applied the newer image")
+        .await;
+
+    let released = Timestamp::now();
+    proxy.set(Fault::Pass);
+    let late = |scene: &Scene| -> Vec<local_cluster::audit::AuditEvent> {
+        scene
+            .cluster
+            .audit()
+            .into_iter()
+            .filter(|e| e.pod == old && e.at >= first_new)
+            .filter(|e| !matches!(e.resource.as_str(), "leases" | "events"))
+            .collect()
+    };
+    eventually(support::TIMEOUT, "the held writes delivered", || async {
+        late(&scene).iter().any(|e| e.at >= released).then_some(())
+    })
+    .await;
+    signal(&leader, Signal::SIGCONT);
+    let (exited, _) = exit(
+        &mut leader,
+        support::TIMEOUT,
+        "the resumed old leader (goal: exits, its lease lost)",
+    )
+    .await;
+    let show = |e: &local_cluster::audit::AuditEvent| {
+        format!("{} {} {}: {}", e.verb, e.resource, e.name, e.code)
+    };
+    let late = late(&scene);
+    let changed: Vec<_> = late.iter().filter(|e| e.code < 300).map(show).collect();
+    let late: Vec<_> = late.iter().map(show).collect();
+    println!(
+        "the deposed leader's writes that arrived after its successor's first: {late:?}; it exited ({exited})"
+    );
+    assert!(
+        changed.is_empty(),
+        "{} stale writes of the deposed leader changed objects after its successor led: {changed:?}",
+        changed.len()
+    );
+    assert!(!exited.success(), "the old leader exited {exited}");
+    scene
+        .converged(CONVERGED, "converged at the newer image")
+        .await;
+    Aftermath {
+        scene,
+        writer: new,
+        operators: vec![standby],
+    }
+}
+
+fn signal(operator: &OperatorProcess, signal: Signal) {
+    kill(
+        Pid::from_raw(i32::try_from(operator.pid()).unwrap()),
+        signal,
+    )
+    .unwrap();
 }

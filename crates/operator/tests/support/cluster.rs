@@ -8,6 +8,10 @@ use local_cluster::audit::AuditEvent;
 use local_cluster::{Cluster, ClusterOptions, Layout, Stop};
 use testkit::tools;
 
+/// The operator's ServiceAccount as `config/default` names it.
+pub const OPERATOR_ACCOUNT: &str =
+    "system:serviceaccount:app-operator-system:app-operator-controller-manager";
+
 /// A control plane, stopped when dropped; its state is removed then, unless the test failed
 /// (its logs and audit log are kept to be read).
 pub struct OwnCluster {
@@ -68,27 +72,50 @@ impl OwnCluster {
         Instant::now()
     }
 
-    /// A kubeconfig acting as `user` (impersonated by the admin, bound to `cluster-admin`), so
-    /// the audit log tells the processes using it from everyone else.
-    pub fn kubeconfig_as(&self, user: &str) -> PathBuf {
-        let binding = format!("chaos-{user}");
-        let bound = testkit::kubectl_on(&self.kubeconfig, &["get", "clusterrolebinding", &binding]);
-        if !bound.status.success() {
-            self.kubectl(&[
-                "create",
-                "clusterrolebinding",
-                &binding,
-                "--clusterrole=cluster-admin",
-                &format!("--user={user}"),
-            ]);
+    /// Installs the operator's own ServiceAccount, roles, bindings and admission policies, as
+    /// `config/default` renders them (the Deployment and the CRDs left out), and when `fenced`
+    /// the leader writes policy of `config/fencing` (left out: the mutation its row must catch).
+    pub fn install_operator_rbac(&self, fenced: bool) {
+        let rendered = self.kubectl(&["kustomize", &repo_file("config/default")]);
+        let mut kept: Vec<&str> = rendered
+            .split("\n---\n")
+            .filter(|document| {
+                let kind = document
+                    .lines()
+                    .find_map(|line| line.strip_prefix("kind: "))
+                    .unwrap_or_default();
+                matches!(
+                    kind,
+                    "Namespace"
+                        | "ServiceAccount"
+                        | "ClusterRole"
+                        | "ClusterRoleBinding"
+                        | "Role"
+                        | "RoleBinding"
+                        | "ValidatingAdmissionPolicy"
+                        | "ValidatingAdmissionPolicyBinding"
+                )
+            })
+            .collect();
+        let fencing = self.kubectl(&["kustomize", &repo_file("config/fencing")]);
+        if fenced {
+            kept.push(&fencing);
         }
+        let path = self.layout.state_dir.join("operator-rbac.yaml");
+        std::fs::write(&path, kept.join("\n---\n")).unwrap();
+        self.kubectl(&["apply", "--server-side", "-f", &path.display().to_string()]);
+    }
+
+    /// A kubeconfig acting as the operator's ServiceAccount from the Pod `pod` (impersonated
+    /// with the Pod name a token bound to a Pod carries): what the operator's ClusterRole and
+    /// policies see of a replica (see [`OwnCluster::install_operator_rbac`]).
+    pub fn kubeconfig_as_pod(&self, pod: &str) -> PathBuf {
         let text = std::fs::read_to_string(&self.kubeconfig).unwrap();
-        let path = self.layout.state_dir.join(format!("{user}.kubeconfig"));
-        std::fs::write(
-            &path,
-            text.replace("  user:\n", &format!("  user:\n    as: {user}\n")),
-        )
-        .unwrap();
+        let path = self.layout.state_dir.join(format!("{pod}.kubeconfig"));
+        let user = format!(
+            "  user:\n    as: {OPERATOR_ACCOUNT}\n    as-user-extra:\n      authentication.kubernetes.io/pod-name:\n      - {pod}\n"
+        );
+        std::fs::write(&path, text.replace("  user:\n", &user)).unwrap();
         path
     }
 

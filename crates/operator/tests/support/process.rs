@@ -23,6 +23,15 @@ impl OperatorProcess {
     /// Starts the operator with both servers on port 0 and reads the ports it bound from its log
     /// (ports picked by the test could be handed to two processes at once).
     pub fn spawn(kubeconfig: &Path, args: &[&str]) -> OperatorProcess {
+        OperatorProcess::spawn_with_env(kubeconfig, args, &[])
+    }
+
+    /// [`OperatorProcess::spawn`] with `env` set, e.g. `POD_NAME` for a replica that plays a Pod.
+    pub fn spawn_with_env(
+        kubeconfig: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> OperatorProcess {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let dir = std::env::temp_dir().join("app-operator-tests");
         std::fs::create_dir_all(&dir).unwrap();
@@ -35,6 +44,7 @@ impl OperatorProcess {
             .arg("--metrics-bind-address=127.0.0.1:0")
             .arg("--log-format=json")
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
