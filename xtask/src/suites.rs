@@ -201,11 +201,25 @@ pub(crate) fn cargo_test(
 /// row starts and stops a control plane of its own; its harness overlaps only a row's idle
 /// quiet check with the next row), then, unless `test_args` picked rows, the
 /// spec fuzzer with more cases than `make test` runs (`FUZZ_CASES`, 2000 unless set).
+///
+/// With `APP_OPERATOR_CHAOS_MUTATE` set (the mutation check) the operator is built with its
+/// `mutations` feature, the deliberate defects each row must catch.
 pub(crate) async fn chaos(test_args: &[String]) -> Result<ExitCode> {
     let tools = Tools::ensure(&tool_sources())?;
+    let mutated = std::env::var_os("APP_OPERATOR_CHAOS_MUTATE").is_some();
+    let features: &[&str] = if mutated {
+        &["--features", "mutations"]
+    } else {
+        &[]
+    };
     let rows = cargo_test(
         &tools,
-        &["--locked", "-p", "app-operator", "--test", "chaos", "--"],
+        &[
+            &["--locked", "-p", "app-operator", "--test", "chaos"],
+            features,
+            &["--"],
+        ]
+        .concat(),
         test_args,
         &[],
     )?;

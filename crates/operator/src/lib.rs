@@ -4,6 +4,7 @@
 pub mod controllers;
 pub mod etcd;
 pub mod manager;
+pub mod mutation;
 pub mod reconcile;
 pub mod s3;
 pub mod telemetry;

@@ -25,6 +25,7 @@ use kube::Client;
 use kube::client::ConfigExt;
 use tower::{BoxError, Layer, Service, ServiceBuilder};
 
+use crate::mutation::{self, Mutation};
 use crate::telemetry::metrics::Metrics;
 
 /// A connection silent this long is pinged (client-go's `ReadIdleTimeout`).
@@ -56,16 +57,19 @@ pub fn api_client(
         tls = tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
     let connector = tls.enable_http1().enable_http2().wrap_connector(tcp);
-    let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .http2_keep_alive_interval(PING_AFTER)
-        .http2_keep_alive_timeout(PING_TIMEOUT)
-        .http2_keep_alive_while_idle(true)
-        .build(connector);
+    let mut http = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+    http.timer(TokioTimer::new());
+    if !mutation::active(Mutation::NoKeepAlive) {
+        http.http2_keep_alive_interval(PING_AFTER)
+            .http2_keep_alive_timeout(PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true);
+    }
+    let http = http.build(connector);
+    let retry = !mutation::active(Mutation::ThrottledIsPermanent);
     let service = ServiceBuilder::new()
-        .layer(tower::retry::RetryLayer::new(
-            kube::client::retry::RetryPolicy::server_retry(),
-        ))
+        .option_layer(retry.then(|| {
+            tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())
+        }))
         .layer(tower::buffer::BufferLayer::new(REQUESTS_BUFFERED))
         .layer(CountLayer(metrics.clone()))
         .layer(DeadlineLayer(request_timeout))

@@ -16,6 +16,8 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::mutation::{self, Mutation};
+
 #[derive(Debug, Clone)]
 pub struct LeaderElection {
     pub lease_name: String,
@@ -184,6 +186,16 @@ async fn try_acquire_or_renew(
     // Expiry is judged by when *we* saw the record change, never by the holder's timestamps.
     let version = lease.resource_version().unwrap_or_default();
     let changed_at = match observed {
+        _ if mutation::active(Mutation::LeaseExpiryFromRenewTime) => lease
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.renew_time.as_ref())
+            .map_or_else(Instant::now, |renewed| {
+                let ago = Timestamp::now().duration_since(renewed.0);
+                Instant::now()
+                    .checked_sub(Duration::try_from(ago).unwrap_or_default())
+                    .unwrap_or_else(Instant::now)
+            }),
         Some((seen, at)) if *seen == version => *at,
         _ => {
             let at = Instant::now();

@@ -1,5 +1,7 @@
 use strum::IntoStaticStr;
 
+use crate::mutation::{self, Mutation};
+
 /// The status cause the NamespaceLifecycle admission plugin gives when it refuses to create an
 /// object in a terminating namespace.
 const NAMESPACE_TERMINATING_CAUSE: &str = "NamespaceTerminating";
@@ -158,9 +160,10 @@ impl Error {
             | Error::InvalidSpec { .. }
             | Error::CleanupBlocked { .. }
             | Error::ImmutableFieldChanged { .. } => true,
-            _ => self
-                .api_status()
-                .is_some_and(|status| matches!(status.code, 400 | 422)),
+            _ => self.api_status().is_some_and(|status| {
+                matches!(status.code, 400 | 422)
+                    || (status.code == 429 && mutation::active(Mutation::ThrottledIsPermanent))
+            }),
         }
     }
 

@@ -28,6 +28,7 @@ use self::expectations::{Expectations, Seen};
 use self::pods::{is_active, is_finished, is_ready, surplus};
 use self::status::status;
 use super::Wiring;
+use crate::mutation::{self, Mutation};
 use crate::reconcile::Error;
 use crate::reconcile::apply::controlled;
 use crate::reconcile::backoff::{Backoff, Failures};
@@ -144,6 +145,7 @@ impl Reconciler for AppClusterReconciler {
             .iter()
             .map(Arc::as_ref)
             .filter(|pod| is_active(pod))
+            .filter(|pod| !mutation::active(Mutation::CountOnlyReadyPods) || is_ready(pod))
             .collect();
         let ready = active.iter().filter(|pod| is_ready(pod)).count();
 

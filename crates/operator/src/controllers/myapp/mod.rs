@@ -28,6 +28,7 @@ use kube::{Client, ResourceExt};
 use self::service::ports_drifted;
 use self::status::{starting, status, waiting_container};
 use super::Wiring;
+use crate::mutation::{self, Mutation};
 use crate::reconcile::apply::is_controlled_by;
 use crate::reconcile::children::{ChildChange, OnImmutable, Owned, Verb, describe};
 use crate::reconcile::conditions::is_true;
@@ -83,6 +84,9 @@ impl Reconciler for MyAppReconciler {
         if target.deleting() {
             // Going away: in a foreground deletion the garbage collector deletes the children
             // first, and each one rebuilt would hold the MyApp up (for as long as the race went on).
+            return Reconciled::unchanged(Ok(Action::await_change()));
+        }
+        if mutation::active(Mutation::SkipReadyAtGeneration) && ready_at_generation(app) {
             return Reconciled::unchanged(Ok(Action::await_change()));
         }
         let (outcome, changes) = self.apply_children(target).await;
@@ -283,6 +287,14 @@ fn never_written(app: &MyApp) -> bool {
         .and_then(|status| status.observed_generation)
         .unwrap_or_default()
         == 0
+}
+
+/// Whether the MyApp's status says Ready at its current generation (what
+/// [`Mutation::SkipReadyAtGeneration`] wrongly takes for "nothing to do").
+fn ready_at_generation(app: &MyApp) -> bool {
+    app.status.as_ref().is_some_and(|status| {
+        status.observed_generation == app.metadata.generation && is_true(&status.conditions, READY)
+    })
 }
 
 /// While a MyApp that never had a status is younger than [`FIRST_STATUS_WAIT`] and `desired`

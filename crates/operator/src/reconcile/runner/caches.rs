@@ -10,6 +10,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::{Cached, Guarded, Settings};
+use crate::mutation::{self, Mutation};
 
 /// A watch of `K` kept in a store that reconciles read instead of the API server. Managed fields
 /// are dropped (never read here, and the bulk of every object); the cache is marked synced at
@@ -42,6 +43,9 @@ pub(super) fn cache<K: Cached>(
             }
             Err(error) => {
                 tracing::warn!(controller, %kind, %error, "watch failed; retrying with backoff");
+                if mutation::active(Mutation::WatchErrorsFatal) {
+                    std::process::exit(1);
+                }
                 metrics.watch_failed(controller, &kind);
                 synced.watch_failed(Instant::now());
             }
