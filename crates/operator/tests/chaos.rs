@@ -247,6 +247,8 @@ impl Scene {
             &[
                 "--controllers=myapp,appcluster",
                 "--watch-namespace=default",
+                // Named, so that a replica playing a Pod does not look its (absent) Pod up for it.
+                "--helper-image=app-operator:chaos",
             ],
             extra,
         ]

@@ -2862,19 +2862,7 @@ mod long {
         let name = "blind";
         let spec = json!({ "size": 3, "version": "3.6.16" });
         let (store, writers) = etcd_with_writers(&ns, name, spec, "blind/").await;
-        let client = testkit::client().await;
-        let operators: Vec<String> = Api::<Pod>::namespaced(client, OPERATOR_NAMESPACE)
-            .list(&ListParams::default().labels("control-plane=controller-manager"))
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|pod| pod.uid().unwrap())
-            .collect();
-        let cut = OperatorCut::new(
-            &operators,
-            &["OUTPUT", "-p", "tcp", "--dport", "2379", "-j", "DROP"],
-        );
+        let cut = OperatorCut::new(&["OUTPUT", "-p", "tcp", "--dport", "2379", "-j", "DROP"]).await;
         // A settled cluster is looked at again on a change: this one asks for a scale-out.
         merge_patch(&ns, "etcd", name, &json!({ "spec": { "size": 5 } }));
         eventually(Duration::from_secs(120), "EtcdUnreachable", || async {
@@ -2930,33 +2918,59 @@ mod long {
         .await;
     }
 
-    /// An iptables rule in the network namespaces of the operator's Pods, removed when dropped
-    /// (a failed test leaves no operator cut off for the next ones).
+    /// An iptables rule in the network namespaces of every operator Pod, removed when dropped
+    /// (a failed test leaves no operator cut off for the next ones). The namespace is entered
+    /// through the Pod's sandbox (`pause`), there while the operator's container restarts.
     struct OperatorCut {
         uids: Vec<String>,
         rule: Vec<String>,
     }
 
     impl OperatorCut {
-        fn new(uids: &[String], rule: &[&str]) -> OperatorCut {
+        async fn new(rule: &[&str]) -> OperatorCut {
+            let client = testkit::client().await;
+            let uids: Vec<String> = Api::<Pod>::namespaced(client, OPERATOR_NAMESPACE)
+                .list(&ListParams::default().labels("control-plane=controller-manager"))
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(|pod| pod.uid().unwrap())
+                .collect();
             let rule: Vec<String> = rule.iter().map(|s| (*s).to_owned()).collect();
-            for uid in uids {
+            for uid in &uids {
                 assert!(
                     Self::iptables(uid, "-I", &rule),
                     "adding {rule:?} in operator Pod {uid}"
                 );
             }
-            OperatorCut {
-                uids: uids.to_vec(),
-                rule,
-            }
+            OperatorCut { uids, rule }
+        }
+
+        /// Every operator Pod cut off from the API server (the `kubernetes` Service its
+        /// in-cluster configuration names): its requests and watches go unanswered.
+        async fn from_the_api_server() -> OperatorCut {
+            let services: Api<k8s_openapi::api::core::v1::Service> =
+                Api::namespaced(testkit::client().await, "default");
+            let address = services
+                .get("kubernetes")
+                .await
+                .unwrap()
+                .spec
+                .unwrap()
+                .cluster_ip
+                .unwrap();
+            let rule = [
+                "OUTPUT", "-d", &address, "-p", "tcp", "--dport", "443", "-j", "DROP",
+            ];
+            OperatorCut::new(&rule).await
         }
 
         fn iptables(uid: &str, action: &str, rule: &[String]) -> bool {
             let args: Vec<&str> = std::iter::once(action)
                 .chain(rule.iter().map(String::as_str))
                 .collect();
-            testkit::node_process::iptables_in_pod(uid, "app-operator", &args)
+            testkit::node_process::iptables_in_pod(uid, "pause", &args)
         }
     }
 
@@ -2968,6 +2982,130 @@ mod long {
                 }
             }
         }
+    }
+
+    /// How long the operator is kept from the API server in the rows below: past its renew
+    /// deadline (10 s), so the leader has stepped down, and long enough for a blind action to
+    /// show.
+    const API_CUT: Duration = Duration::from_secs(45);
+    /// The part of [`API_CUT`] in which the operator may still finish what was on the wire when
+    /// the cut came, and its leader steps down.
+    const STEPPING_DOWN: Duration = Duration::from_secs(15);
+
+    /// The leader election Lease's holder and last renewal: unchanged while the cut holds, which
+    /// shows the operator really is cut off.
+    async fn lease_record() -> Option<(String, String)> {
+        let leases: Api<Lease> = Api::namespaced(testkit::client().await, OPERATOR_NAMESPACE);
+        let spec = leases.get("app-operator.example.com").await.ok()?.spec?;
+        Some((
+            spec.holder_identity.unwrap_or_default(),
+            spec.renew_time.map(|t| t.0.to_string()).unwrap_or_default(),
+        ))
+    }
+
+    /// Watches, for the rest of [`API_CUT`] after [`STEPPING_DOWN`], that the Lease is not
+    /// renewed and `unchanged` holds, failing with `goal` otherwise.
+    async fn blind_for_the_cut<F, Fut>(goal: &str, unchanged: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), String>>,
+    {
+        // The leader's last renewals and what it had on the wire may land meanwhile; what is
+        // checked starts after.
+        tokio::time::sleep(STEPPING_DOWN).await;
+        let lease = lease_record().await;
+        testkit::stays_for(API_CUT - STEPPING_DOWN, goal, || async {
+            let now = lease_record().await;
+            if now != lease {
+                return Err(format!(
+                    "the Lease renewed: {lease:?} became {now:?} (the cut did not hold)"
+                ));
+            }
+            unchanged().await
+        })
+        .await;
+    }
+
+    /// Every operator Pod cut off from the API server right after a scale-out 3 → 5 added its
+    /// first member to etcd (the operator can still reach etcd): until it can see the Pods
+    /// again it changes no membership (the leader steps down; nobody acts on a cache it can no
+    /// longer refresh). Healed, it finishes the scale-out and every acknowledged write is kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_operator_cut_from_the_api_server_mid_scale_out_changes_no_member_blind() {
+        let ns = TestNamespace::new("real-etcd-api-cut").await;
+        let name = "unseen";
+        let spec = json!({ "size": 3, "version": "3.6.16" });
+        let (store, writers) = etcd_with_writers(&ns, name, spec, "unseen/").await;
+        merge_patch(&ns, "etcd", name, &json!({ "spec": { "size": 5 } }));
+        eventually(TIMEOUT, "a fourth member added", || async {
+            (member_ids(&store).await.len() > 3).then_some(())
+        })
+        .await;
+        let cut = OperatorCut::from_the_api_server().await;
+        let at_cut = member_ids(&store).await;
+        // What was already on the wire when the cut came may still land; no removal, and
+        // nothing at all once the leader has stepped down.
+        blind_for_the_cut(
+            "no etcd membership change by an operator cut from the API server",
+            || async {
+                let now = member_ids(&store).await;
+                let removed: Vec<_> = at_cut.keys().filter(|m| !now.contains_key(*m)).collect();
+                if removed.is_empty() && now.len() <= at_cut.len() + 1 {
+                    Ok(())
+                } else {
+                    Err(format!("{at_cut:?} became {now:?}"))
+                }
+            },
+        )
+        .await;
+        let settled = member_ids(&store).await;
+        println!(
+            "cut from the API server mid scale-out: members {:?} at the cut, {:?} for {API_CUT:?}",
+            at_cut.keys().collect::<Vec<_>>(),
+            settled.keys().collect::<Vec<_>>()
+        );
+        drop(cut);
+        etcd_settled(&ns, name, 5).await;
+        read_back(
+            &store,
+            writers,
+            "unseen/",
+            "etcd while the operator could not reach the API server",
+        )
+        .await;
+    }
+
+    /// Every operator Pod cut off from the API server while a SampleDB's upgrade Job (15 → 17)
+    /// runs: healed, the operator takes the upgrade up where its status left it, and the
+    /// upgraded database holds every acknowledged row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sampledb_upgrade_with_the_operator_cut_from_the_api_server_keeps_every_row() {
+        let ns = TestNamespace::new("real-sampledb-api-cut").await;
+        let name = "unseen";
+        let history = sampledb_with_rows(&ns, &sampledb(name, "15", json!({}))).await;
+        apply(&ns, &sampledb(name, "17", json!({})));
+        let job = eventually(Duration::from_secs(300), "the upgrade Job", || async {
+            sampledb_status(&ns, name)["upgrade"]["job"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .await;
+        let cut = OperatorCut::from_the_api_server().await;
+        blind_for_the_cut("the operator cut from the API server", || async { Ok(()) }).await;
+        println!("upgrade Job {job} running: the operator cut from the API server for {API_CUT:?}");
+        drop(cut);
+        eventually(Duration::from_secs(300), "the data at 17", || async {
+            (sampledb_status(&ns, name)["currentVersion"] == "17").then_some(())
+        })
+        .await;
+        sampledb_read_back(
+            &ns,
+            name,
+            &history,
+            "sampledb upgraded 15 → 17 with the operator cut from the API server",
+        )
+        .await;
+        delete_sampledb(&ns, name);
     }
 
     /// Every operator process killed (SIGKILL) twice under writes: while a scale-out 3 → 5 adds

@@ -97,10 +97,8 @@ impl OwnCluster {
                 )
             })
             .collect();
-        let fencing = self.kubectl(&["kustomize", &repo_file("config/fencing")]);
-        if fenced {
-            kept.push(&fencing);
-        }
+        let fencing = fenced.then(|| self.kubectl(&["kustomize", &repo_file("config/fencing")]));
+        kept.extend(fencing.as_deref());
         let path = self.layout.state_dir.join("operator-rbac.yaml");
         std::fs::write(&path, kept.join("\n---\n")).unwrap();
         self.kubectl(&["apply", "--server-side", "-f", &path.display().to_string()]);
