@@ -2650,7 +2650,21 @@ mod long {
     /// where its status left it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sampledb_upgraded_15_to_17_through_an_operator_crash_keeps_every_row() {
-        let ns = TestNamespace::new("real-sampledb-upgrade").await;
+        upgraded_15_to_17_through("real-sampledb-upgrade", "an operator crash", || async {
+            format!("{} operator processes killed", kill_operator().await)
+        })
+        .await;
+    }
+
+    /// SampleDB `grown` with rows, upgraded 15 → 17 with `fault` made while its upgrade Job runs
+    /// (it says what it did): the data reaches 17, the server answers `17.x`, and every
+    /// acknowledged row is read back.
+    async fn upgraded_15_to_17_through<F, Fut>(namespace: &str, scenario: &str, fault: F)
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = String>,
+    {
+        let ns = TestNamespace::new(namespace).await;
         let name = "grown";
         let history = sampledb_with_rows(&ns, &sampledb(name, "15", json!({}))).await;
         apply(&ns, &sampledb(name, "17", json!({})));
@@ -2660,8 +2674,7 @@ mod long {
                 .map(str::to_owned)
         })
         .await;
-        let killed = kill_operator().await;
-        println!("upgrade Job {job} running: {killed} operator processes killed");
+        println!("upgrade Job {job} running: {}", fault().await);
         eventually(Duration::from_secs(300), "the data at 17", || async {
             (sampledb_status(&ns, name)["currentVersion"] == "17").then_some(())
         })
@@ -2672,7 +2685,13 @@ mod long {
         })
         .await;
         assert!(version.starts_with("17."), "the server runs {version}");
-        sampledb_read_back(&ns, name, &history, "sampledb upgraded 15 → 17").await;
+        sampledb_read_back(
+            &ns,
+            name,
+            &history,
+            &format!("sampledb upgraded 15 → 17 through {scenario}"),
+        )
+        .await;
         // The upgrade Job's Pod names the data claim: the deletion removes it, or the claim (and
         // the SampleDB) would wait on it forever.
         delete_sampledb(&ns, name);
@@ -3026,6 +3045,26 @@ mod long {
         .await;
     }
 
+    /// EtcdCluster `name` of 3 members under writes (keys under `prefix`), asked for 5, once
+    /// etcd lists a fourth member: a scale-out in flight.
+    async fn scaling_out_3_to_5(
+        ns: &TestNamespace,
+        name: &str,
+        prefix: &str,
+    ) -> (
+        std::sync::Arc<testkit::etcd_store::EtcdStore>,
+        testkit::history::Writers,
+    ) {
+        let spec = json!({ "size": 3, "version": "3.6.16" });
+        let (store, writers) = etcd_with_writers(ns, name, spec, prefix).await;
+        merge_patch(ns, "etcd", name, &json!({ "spec": { "size": 5 } }));
+        eventually(TIMEOUT, "a fourth member added", || async {
+            (member_ids(&store).await.len() > 3).then_some(())
+        })
+        .await;
+        (store, writers)
+    }
+
     /// Every operator Pod cut off from the API server right after a scale-out 3 → 5 added its
     /// first member to etcd (the operator can still reach etcd): until it can see the Pods
     /// again it changes no membership (the leader steps down; nobody acts on a cache it can no
@@ -3034,13 +3073,7 @@ mod long {
     async fn an_operator_cut_from_the_api_server_mid_scale_out_changes_no_member_blind() {
         let ns = TestNamespace::new("real-etcd-api-cut").await;
         let name = "unseen";
-        let spec = json!({ "size": 3, "version": "3.6.16" });
-        let (store, writers) = etcd_with_writers(&ns, name, spec, "unseen/").await;
-        merge_patch(&ns, "etcd", name, &json!({ "spec": { "size": 5 } }));
-        eventually(TIMEOUT, "a fourth member added", || async {
-            (member_ids(&store).await.len() > 3).then_some(())
-        })
-        .await;
+        let (store, writers) = scaling_out_3_to_5(&ns, name, "unseen/").await;
         let cut = OperatorCut::from_the_api_server().await;
         let at_cut = member_ids(&store).await;
         // What was already on the wire when the cut came may still land; no removal, and
@@ -3080,32 +3113,18 @@ mod long {
     /// upgraded database holds every acknowledged row.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sampledb_upgrade_with_the_operator_cut_from_the_api_server_keeps_every_row() {
-        let ns = TestNamespace::new("real-sampledb-api-cut").await;
-        let name = "unseen";
-        let history = sampledb_with_rows(&ns, &sampledb(name, "15", json!({}))).await;
-        apply(&ns, &sampledb(name, "17", json!({})));
-        let job = eventually(Duration::from_secs(300), "the upgrade Job", || async {
-            sampledb_status(&ns, name)["upgrade"]["job"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .await;
-        let cut = OperatorCut::from_the_api_server().await;
-        blind_for_the_cut("the operator cut from the API server", || async { Ok(()) }).await;
-        println!("upgrade Job {job} running: the operator cut from the API server for {API_CUT:?}");
-        drop(cut);
-        eventually(Duration::from_secs(300), "the data at 17", || async {
-            (sampledb_status(&ns, name)["currentVersion"] == "17").then_some(())
-        })
-        .await;
-        sampledb_read_back(
-            &ns,
-            name,
-            &history,
-            "sampledb upgraded 15 → 17 with the operator cut from the API server",
+        upgraded_15_to_17_through(
+            "real-sampledb-api-cut",
+            "the operator cut from the API server",
+            || async {
+                let cut = OperatorCut::from_the_api_server().await;
+                blind_for_the_cut("the operator cut from the API server", || async { Ok(()) })
+                    .await;
+                drop(cut);
+                format!("the operator cut from the API server for {API_CUT:?}")
+            },
         )
         .await;
-        delete_sampledb(&ns, name);
     }
 
     /// Every operator process killed (SIGKILL) twice under writes: while a scale-out 3 → 5 adds
@@ -3117,13 +3136,7 @@ mod long {
 
         let ns = TestNamespace::new("real-etcd-operator-killed").await;
         let name = "orphaned";
-        let spec = json!({ "size": 3, "version": "3.6.16" });
-        let (store, writers) = etcd_with_writers(&ns, name, spec, "orphaned/").await;
-        merge_patch(&ns, "etcd", name, &json!({ "spec": { "size": 5 } }));
-        eventually(TIMEOUT, "a fourth member added", || async {
-            (member_ids(&store).await.len() > 3).then_some(())
-        })
-        .await;
+        let (store, writers) = scaling_out_3_to_5(&ns, name, "orphaned/").await;
         println!(
             "mid scale-out: {} operator processes killed",
             kill_operator().await
