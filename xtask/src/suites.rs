@@ -450,6 +450,7 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
             return Ok(());
         }
         // The chart, as Helm users install it, in place of `make deploy`'s operator.
+        test_namespaces_gone(&target)?;
         print!("{}", install::undeploy(&target, &repo(), &overlay_dir())?);
         helm_release(tools, &cluster.kubeconfig, &registry)?;
         Ok(())
@@ -462,6 +463,33 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
     );
     suite
 }
+
+/// Waits (at most [`NAMESPACES_GONE`]) until the namespaces the real-node tests made
+/// (`real-…`) are gone. A test's namespace is still being deleted when it ends, and the
+/// SampleDBs in it wait on the operator for their final snapshots: removed first, the operator
+/// would leave them, their namespace and the undeploy's CRD deletion waiting forever.
+fn test_namespaces_gone(target: &Target) -> Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let listed = target.run(&["get", "namespaces", "-o", "name"])?;
+        let left: Vec<&str> = listed
+            .lines()
+            .filter(|name| name.starts_with("namespace/real-"))
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() > NAMESPACES_GONE {
+            bail!("the test namespaces {left:?} are still there after {NAMESPACES_GONE:?}");
+        }
+        // Between polls, under the bound above.
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+}
+
+/// How long the real-node tests' namespaces may take to go (a SampleDB's final snapshot is a
+/// `pg_dump` Job).
+const NAMESPACES_GONE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The chart on the real node as a user installs a release of it: `make image IMG=app-operator:v1`,
 /// `make load`, `helm install --set image.tag=v1` (Ready, `helm test` passes); `helm upgrade` to a
