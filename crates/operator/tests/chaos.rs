@@ -914,13 +914,13 @@ fn assert_one_writer_at_a_time(scene: &Scene) -> Timestamp {
     let late: Vec<_> = writes
         .iter()
         .filter(|e| e.pod == "chaos-replica-a" && e.at >= first)
+        .collect();
+    let shown: Vec<_> = late
+        .iter()
         .map(|e| format!("{} {} {}: {}", e.verb, e.resource, e.name, e.code))
         .collect();
-    println!("the old leader's requests completed after its successor's first write: {late:?}");
-    let changed: Vec<_> = writes
-        .iter()
-        .filter(|e| e.pod == "chaos-replica-a" && e.at >= first && e.code < 300)
-        .collect();
+    println!("the old leader's requests completed after its successor's first write: {shown:?}");
+    let changed: Vec<_> = late.iter().filter(|e| e.code < 300).collect();
     assert!(
         changed.is_empty(),
         "two writers: the old leader changed objects after its successor's first write: {changed:?}"
