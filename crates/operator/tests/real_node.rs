@@ -2501,24 +2501,31 @@ async fn a_sampledb_restored_from_a_missing_file_says_so_and_is_not_ready() {
 }
 
 /// Kills (SIGKILL) the process of every operator replica deployed on the node; how many there
-/// were. Their containers restart (the Pods stay), as after a crash.
+/// were. Their containers restart (the Pods stay), as after a crash. The long scenarios run side
+/// by side and share the operator: one may find both containers restarting after another's
+/// kill, so this waits (bounded) for a process to kill (seen in `make chaos`).
 async fn kill_operator() -> usize {
     use nix::sys::signal::Signal;
     let client = testkit::client().await;
     let pods: Api<Pod> = Api::namespaced(client, OPERATOR_NAMESPACE);
-    let pods = pods
-        .list(&ListParams::default().labels("control-plane=controller-manager"))
-        .await
-        .unwrap()
-        .items;
-    let killed = pods
-        .iter()
-        .map(|pod| {
-            testkit::node_process::signal(&pod.uid().unwrap(), "app-operator", Signal::SIGKILL)
-        })
-        .sum();
-    assert!(killed > 0, "no operator process found on the node");
-    killed
+    eventually(
+        TIMEOUT,
+        "an operator process on the node to kill",
+        || async {
+            let pods = pods
+                .list(&ListParams::default().labels("control-plane=controller-manager"))
+                .await
+                .ok()?
+                .items;
+            let killed: usize = pods
+                .iter()
+                .filter_map(|pod| pod.metadata.uid.as_deref())
+                .map(|uid| testkit::node_process::signal(uid, "app-operator", Signal::SIGKILL))
+                .sum();
+            (killed > 0).then_some(killed)
+        },
+    )
+    .await
 }
 
 /// The long data scenarios: `make chaos` runs them (`make test` skips `long::`).
