@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use app_operator::reconcile::children::{OnImmutable, Owned, Verb};
+use app_operator::reconcile::compact::Compact;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
@@ -23,13 +24,13 @@ use testkit::{TestNamespace, eventually, object};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A label-selected ConfigMap cache of the namespace, synced.
-async fn cache(ns: &TestNamespace) -> (Store<ConfigMap>, tokio::task::JoinHandle<()>) {
+/// A label-selected ConfigMap cache of the namespace, synced, kept as the operator keeps it.
+async fn cache(ns: &TestNamespace) -> (Store<Compact<ConfigMap>>, tokio::task::JoinHandle<()>) {
     let (store, writer) = reflector::store();
     let config = watcher::Config::default().labels("app.kubernetes.io/managed-by=app-operator");
     // With the backoff the watch retries its errors and never ends while the test runs.
     let task = tokio::spawn(
-        watcher(ns.api::<ConfigMap>(), config)
+        watcher(ns.api::<Compact<ConfigMap>>(), config)
             .default_backoff()
             .reflect(writer)
             .for_each(|_| async {}),

@@ -6,11 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use kube::api::{Api, DeleteParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::reflector::Store;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 
 use super::Error;
 use super::apply::{Applied, apply_child, is_controlled_by};
+use super::compact::Compact;
 use super::runner::{Cached, cached};
 
 /// What to do when a change touches a field the API server will not change in place (a Job's
@@ -38,9 +39,10 @@ pub enum Verb {
     Deleted,
 }
 
-/// The operator's children of kind `C` (its label-selected cache) and how they are changed.
+/// The operator's children of kind `C` (its label-selected cache, kept compact) and how they
+/// are changed.
 pub struct Owned<C: Cached> {
-    store: Store<C>,
+    store: Store<Compact<C>>,
     on_immutable: OnImmutable,
     /// `namespace/name` of children found taken by someone else's object: until that is gone,
     /// they are looked up, not applied (each try would touch the object, see `apply_child`).
@@ -48,7 +50,7 @@ pub struct Owned<C: Cached> {
 }
 
 impl<C: Cached + Serialize> Owned<C> {
-    pub fn new(store: Store<C>, on_immutable: OnImmutable) -> Owned<C> {
+    pub fn new(store: Store<Compact<C>>, on_immutable: OnImmutable) -> Owned<C> {
         Owned {
             store,
             on_immutable,
@@ -56,9 +58,17 @@ impl<C: Cached + Serialize> Owned<C> {
         }
     }
 
-    /// The cached child `name` in `namespace`.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<C>> {
-        cached(&self.store, name, namespace)
+    /// The cached child `name` in `namespace`. One that does not decode (it was encoded from a
+    /// `C` when cached, so it always should) is logged and taken as not cached: the apply then
+    /// looks, as for a child the watch has not delivered yet.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<C> {
+        let compact = cached(&self.store, name, namespace)?;
+        compact
+            .decode()
+            .inspect_err(|error| {
+                tracing::error!(kind = %C::kind(&()), namespace, name, %error, "a cached child does not decode");
+            })
+            .ok()
     }
 
     /// Applies `desired` (in its own namespace) for the owner with `owner_uid`; a change the API
@@ -76,7 +86,7 @@ impl<C: Cached + Serialize> Owned<C> {
         let current = self.get(&namespace, &desired.name_any());
         let key = format!("{namespace}/{}", desired.name_any());
         let taken = self.taken().contains(&key);
-        let applied = apply_child(&api, desired, current.as_deref(), owner_uid, taken).await;
+        let applied = apply_child(&api, desired, current.as_ref(), owner_uid, taken).await;
         match &applied {
             Err(Error::Conflict { .. }) => {
                 self.taken().insert(key);
@@ -88,7 +98,7 @@ impl<C: Cached + Serialize> Owned<C> {
         }
         let (applied, change) = match applied {
             Err(error) if error.is_immutable_field() => {
-                self.replace(&api, desired, current.as_deref(), owner_uid, error)
+                self.replace(&api, desired, current.as_ref(), owner_uid, error)
                     .await?
             }
             other => other?,
@@ -168,7 +178,7 @@ impl<C: Cached + Serialize> Owned<C> {
     }
 
     /// The cached children controlled by `owner_uid` in `namespace` that are not in `wanted`.
-    fn orphans(&self, owner_uid: &str, namespace: &str, wanted: &[C]) -> Vec<Arc<C>> {
+    fn orphans(&self, owner_uid: &str, namespace: &str, wanted: &[C]) -> Vec<Arc<Compact<C>>> {
         let wanted: Vec<String> = wanted.iter().map(ResourceExt::name_any).collect();
         self.store
             .state()

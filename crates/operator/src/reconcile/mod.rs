@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod backoff;
 pub mod children;
+pub mod compact;
 pub mod conditions;
 pub mod error;
 pub mod finalizer;

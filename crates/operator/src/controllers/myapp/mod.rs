@@ -93,10 +93,7 @@ impl Reconciler for MyAppReconciler {
         let mut announce = announcements(&changes);
         let deployment = match &outcome {
             Ok(deployment) => Some(deployment.clone()),
-            Err(_) => self
-                .deployments
-                .get(namespace, &target.name)
-                .map(|d| (*d).clone()),
+            Err(_) => self.deployments.get(namespace, &target.name),
         };
         let now = Time(Timestamp::now());
         let mut desired = status(app, deployment.as_ref(), None, outcome.as_ref().err(), &now);
@@ -216,8 +213,7 @@ impl MyAppReconciler {
             return Ok(());
         };
         let replicas = current.spec.as_ref().and_then(|s| s.replicas);
-        let (true, Some(replicas)) = (is_controlled_by(current.as_ref(), owner_uid), replicas)
-        else {
+        let (true, Some(replicas)) = (is_controlled_by(&current, owner_uid), replicas) else {
             return Ok(());
         };
         let patch = serde_json::json!({
@@ -251,7 +247,7 @@ impl MyAppReconciler {
         // Edited ports must go before applying: an edited port beside ours can make the Service
         // invalid (two ports named `http`), and apply cannot remove another manager's port.
         let drifted = cached
-            .as_deref()
+            .as_ref()
             .filter(|s| is_controlled_by(*s, uid) && ports_drifted(service, s));
         if drifted.is_some() {
             restore_ports(client, service).await?;

@@ -210,7 +210,7 @@ impl SampleDBReconciler {
         let stateful_set = self
             .stateful_sets
             .get(namespace, &context.name)
-            .filter(|set| is_ours(set.as_ref(), &context.name));
+            .filter(|set| is_ours(set, &context.name));
         let database = stateful_set.map_or_else(Database::default, |set| Database {
             exists: true,
             stopped: set.spec.as_ref().and_then(|s| s.replicas) == Some(0),
