@@ -133,6 +133,8 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
             Ok(()) => None,
             Err(error) if index > 0 => {
                 eprintln!("bench: {} failed: {error:#}", launch.name());
+                // What its unfinished round made would be in the next operator's way.
+                myapp::delete_round_namespaces(&admin).await?;
                 Some(format!("{error:#}"))
             }
             Err(error) => return Err(error),

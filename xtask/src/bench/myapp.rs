@@ -11,7 +11,7 @@ use app_operator::reconcile::apply::controller_reference;
 use futures::channel::mpsc;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -124,7 +124,7 @@ pub async fn myapp_round(
     let mut steady = None;
     let mut restarted = None;
     for pass in 0..options.repeat {
-        let namespace = format!("bench-myapp-{n}-{pass}");
+        let namespace = format!("{}{n}-{pass}", OPERATOR_NAMESPACE);
         let (operator_children, operator_ready, requests_per_myapp) =
             operator_pass(admin, operator, n, &namespace, options).await?;
         if steady.is_none() {
@@ -178,6 +178,26 @@ pub async fn myapp_round(
     })
 }
 
+/// The prefixes of the MyApp rounds' namespaces: the operator's, the floor's, the fair floor's.
+const OPERATOR_NAMESPACE: &str = "bench-myapp-";
+const FLOOR_NAMESPACE: &str = "bench-floor-";
+const FAIR_NAMESPACE: &str = "bench-fair-";
+
+/// Deletes whatever MyApp round namespaces exist (a round that failed left its own).
+pub async fn delete_round_namespaces(admin: &Client) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    for namespace in namespaces.list_metadata(&Default::default()).await? {
+        let name = namespace.metadata.name.unwrap_or_default();
+        if [OPERATOR_NAMESPACE, FLOOR_NAMESPACE, FAIR_NAMESPACE]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+        {
+            delete_namespace(admin, &name).await?;
+        }
+    }
+    Ok(())
+}
+
 /// The floor, then the fair floor, each in a namespace of its own, deleted after it.
 async fn floor_passes(
     admin: &Client,
@@ -186,10 +206,10 @@ async fn floor_passes(
     pass: usize,
     options: &Options,
 ) -> Result<(Series, (Series, Series))> {
-    let namespace = format!("bench-floor-{n}-{pass}");
+    let namespace = format!("{}{n}-{pass}", FLOOR_NAMESPACE);
     let floor_children = floor_pass(admin, floor, n, &namespace, options).await?;
     delete_namespace(admin, &namespace).await?;
-    let namespace = format!("bench-fair-{n}-{pass}");
+    let namespace = format!("{}{n}-{pass}", FAIR_NAMESPACE);
     let fair = fair_floor_pass(admin, floor, n, &namespace, options).await?;
     delete_namespace(admin, &namespace).await?;
     Ok((floor_children, fair))

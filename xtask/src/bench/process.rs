@@ -248,12 +248,25 @@ fn spawn(launch: &Launch, kubeconfig: &Path, log: &Path) -> Result<(Child, u16, 
     }
 }
 
-/// A port free right now (another process could take it before the operator binds it: the
-/// operator then fails to start, which the harness reports).
+/// A port free right now, below the kernel's ephemeral range: the operator binds it a moment
+/// later, and a port from that range (what binding port 0 gives) can be taken in between by
+/// any outgoing connection of the harness (bench run at 905b23e: a compared operator's restart
+/// failed with "Address already in use"). Only a listener can take one from below it.
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    // Spread the starting point so that successive calls do not all probe the same ports.
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let below = ephemeral_low.saturating_sub(20000).max(1024)..ephemeral_low;
+    let span = below.end - below.start;
+    let offset = NEXT.fetch_add(7919, std::sync::atomic::Ordering::Relaxed)
+        ^ u16::try_from(std::process::id() % 65536).unwrap_or(0);
+    (0..span)
+        .map(|i| below.start + offset.wrapping_add(i) % span)
+        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .with_context(|| format!("no free port in {below:?}"))
 }
 
 fn sample_peak(peak: Arc<Mutex<f64>>, port: u16) -> tokio::task::JoinHandle<()> {
