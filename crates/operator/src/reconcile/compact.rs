@@ -13,12 +13,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::Value;
 
 /// A cached object of kind `K`: its metadata, and everything else as compact JSON.
 pub struct Compact<K> {
     metadata: ObjectMeta,
-    /// `K` serialized without its metadata (`apiVersion`, `kind`, `spec`, `status`).
+    /// `K` serialized with its metadata left empty (`"metadata":{}`): `apiVersion`, `kind`,
+    /// `spec`, `status`.
     body: Box<str>,
     kind: PhantomData<fn() -> K>,
 }
@@ -27,13 +27,9 @@ impl<K: Resource + Serialize + DeserializeOwned> Compact<K> {
     /// `object` kept compact.
     pub fn new(mut object: K) -> Result<Compact<K>, serde_json::Error> {
         let metadata = std::mem::take(object.meta_mut());
-        let mut body = serde_json::to_value(&object)?;
-        if let Value::Object(fields) = &mut body {
-            fields.remove("metadata");
-        }
         Ok(Compact {
             metadata,
-            body: serde_json::to_string(&body)?.into_boxed_str(),
+            body: serde_json::to_string(&object)?.into_boxed_str(),
             kind: PhantomData,
         })
     }
@@ -110,7 +106,7 @@ impl<K: Resource<DynamicType = ()>> Resource for Compact<K> {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::apps::v1::Deployment;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
