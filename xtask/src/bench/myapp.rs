@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::Options;
 use super::cluster::{delete_namespace, ensure_namespace, wait_for};
-use super::process::Operator;
+use super::process::{Operator, RssParts};
 use super::watch::{ChildPairs, MyAppsConverging, Series, myapp_ready};
 
 /// One operator pass and the two floor passes at the same N, back to back.
@@ -64,6 +64,8 @@ pub struct MyAppRound {
     pub steady_writes: u64,
     pub steady_reads: u64,
     pub settled_rss_mib: f64,
+    /// The same, split: allocated and file-backed pages (read from `/proc`).
+    pub settled_rss_parts: Option<RssParts>,
     /// The operator restarted with the N MyApps converged (the largest N only).
     pub restart: Option<RestartRound>,
 }
@@ -166,7 +168,12 @@ pub async fn myapp_round(
             .unwrap_or(f64::INFINITY)
     };
     order.sort_by(|a, b| by_ratio(a).total_cmp(&by_ratio(b)));
-    let (steady_writes, steady_reads, settled_rss_mib) = steady.unwrap_or_default();
+    let Steady {
+        writes: steady_writes,
+        reads: steady_reads,
+        rss_mib: settled_rss_mib,
+        rss_parts: settled_rss_parts,
+    } = steady.unwrap_or_default();
     Ok(MyAppRound {
         n,
         median: order.get(passes.len() / 2).copied().unwrap_or(0),
@@ -174,6 +181,7 @@ pub async fn myapp_round(
         steady_writes,
         steady_reads,
         settled_rss_mib,
+        settled_rss_parts,
         restart: restarted,
     })
 }
@@ -353,7 +361,7 @@ impl ChurnRound {
 
 /// Nothing changes, so the operator should not write at all: its writes and reads over the
 /// steady window, and its RSS at the end of it.
-async fn steady_state(operator: &Operator, options: &Options) -> (u64, u64, f64) {
+async fn steady_state(operator: &Operator, options: &Options) -> Steady {
     let before = operator.requests();
     tokio::time::sleep(options.steady).await;
     let after = operator.requests();
@@ -364,11 +372,20 @@ async fn steady_state(operator: &Operator, options: &Options) -> (u64, u64, f64)
             (method.clone(), count.saturating_sub(earlier))
         })
         .collect();
-    (
-        writes(&delta),
-        delta.get("GET").copied().unwrap_or(0),
-        operator.rss_mib(),
-    )
+    Steady {
+        writes: writes(&delta),
+        reads: delta.get("GET").copied().unwrap_or(0),
+        rss_mib: operator.rss_mib(),
+        rss_parts: operator.rss_parts(),
+    }
+}
+
+#[derive(Default)]
+struct Steady {
+    writes: u64,
+    reads: u64,
+    rss_mib: f64,
+    rss_parts: Option<RssParts>,
 }
 
 /// Restarts the converged operator and waits until it is idle.

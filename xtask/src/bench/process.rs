@@ -181,6 +181,25 @@ impl Operator {
         self.scrape().rss_mib()
     }
 
+    /// The resident set split as the kernel counts it: what the operator allocated, and pages of
+    /// mapped files (its code, mostly), which no cache change can shrink.
+    pub fn rss_parts(&self) -> Option<RssParts> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let kib = |field: &str| -> Option<f64> {
+            let line = status.lines().find(|line| line.starts_with(field))?;
+            line.trim_start_matches(field)
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()
+        };
+        Some(RssParts {
+            anonymous_mib: kib("RssAnon:")? / 1024.0,
+            file_mib: kib("RssFile:")? / 1024.0,
+        })
+    }
+
     /// The peak RSS since the start or the last call, and starts a new peak.
     pub fn take_peak(&mut self) -> f64 {
         let peak = std::mem::take(&mut *self.peak.lock().unwrap_or_else(|p| p.into_inner()));
@@ -204,6 +223,13 @@ impl Operator {
         }
         (cpu, requests)
     }
+}
+
+/// `RssAnon` and `RssFile` of `/proc/<pid>/status`, in MiB.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct RssParts {
+    pub anonymous_mib: f64,
+    pub file_mib: f64,
 }
 
 fn spawn(launch: &Launch, kubeconfig: &Path, log: &Path) -> Result<(Child, u16, u16)> {

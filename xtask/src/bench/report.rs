@@ -84,7 +84,7 @@ fn operator_section(text: &mut String, run: &OperatorRun) {
         };
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} MiB |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} MiB{} |",
             round.n,
             seconds(pass.children_seconds),
             seconds(pass.fair_seconds),
@@ -108,6 +108,12 @@ fn operator_section(text: &mut String, run: &OperatorRun) {
             round.steady_writes,
             round.steady_reads,
             round.settled_rss_mib,
+            round
+                .settled_rss_parts
+                .map_or(String::new(), |parts| format!(
+                    " ({:.1} allocated, {:.1} file)",
+                    parts.anonymous_mib, parts.file_mib
+                )),
         );
     }
     for round in &run.myapp {
