@@ -185,19 +185,7 @@ impl Operator {
     /// mapped files (its code, mostly), which no cache change can shrink.
     pub fn rss_parts(&self) -> Option<RssParts> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        let kib = |field: &str| -> Option<f64> {
-            let line = status.lines().find(|line| line.starts_with(field))?;
-            line.trim_start_matches(field)
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .ok()
-        };
-        Some(RssParts {
-            anonymous_mib: kib("RssAnon:")? / 1024.0,
-            file_mib: kib("RssFile:")? / 1024.0,
-        })
+        RssParts::of_status(&status)
     }
 
     /// The peak RSS since the start or the last call, and starts a new peak.
@@ -226,10 +214,25 @@ impl Operator {
 }
 
 /// `RssAnon` and `RssFile` of `/proc/<pid>/status`, in MiB.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct RssParts {
     pub anonymous_mib: f64,
     pub file_mib: f64,
+}
+
+impl RssParts {
+    /// From the text of `/proc/<pid>/status` (`RssAnon:\t   2028 kB`); none without both lines.
+    fn of_status(status: &str) -> Option<RssParts> {
+        let mib = |field: &str| -> Option<f64> {
+            let value = status.lines().find_map(|line| line.strip_prefix(field))?;
+            let kib: f64 = value.trim().strip_suffix("kB")?.trim().parse().ok()?;
+            Some(kib / 1024.0)
+        };
+        Some(RssParts {
+            anonymous_mib: mib("RssAnon:")?,
+            file_mib: mib("RssFile:")?,
+        })
+    }
 }
 
 fn spawn(launch: &Launch, kubeconfig: &Path, log: &Path) -> Result<(Child, u16, u16)> {
@@ -351,5 +354,24 @@ impl Scrape {
 
     pub fn rss_mib(&self) -> f64 {
         self.values("process_resident_memory_bytes").sum::<f64>() / 1024.0 / 1024.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RssParts;
+
+    #[test]
+    fn rss_parts_are_read_from_the_status_file() {
+        let status = "Name:\tapp-operator\nVmRSS:\t   15324 kB\nRssAnon:\t    2048 kB\nRssFile:\t   13276 kB\nRssShmem:\t       0 kB\n";
+        assert_eq!(
+            RssParts::of_status(status),
+            Some(RssParts {
+                anonymous_mib: 2.0,
+                file_mib: 13276.0 / 1024.0,
+            })
+        );
+        // A kernel without the split (before 4.5) reports neither.
+        assert_eq!(RssParts::of_status("VmRSS:\t   15324 kB\n"), None);
     }
 }
