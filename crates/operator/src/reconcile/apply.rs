@@ -105,8 +105,12 @@ where
                     name,
                 });
             }
-            // A field conflict or an invalid object: look at what is there, as below.
-            Err(_) => lookup(api, &name).await?,
+            // A field conflict or an invalid object: look at what is there, as below. Any other
+            // refusal (a shed request, a deadline) takes the same path; logged, as it costs a GET.
+            Err(error) => {
+                tracing::debug!(kind = %K::kind(&()), name, %error, "unforced apply refused; looking up");
+                lookup(api, &name).await?
+            }
         },
     };
     if let Some(existing) = &existing
