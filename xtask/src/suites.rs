@@ -52,7 +52,7 @@ pub(crate) async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> 
     let cluster = report.appcluster.as_ref().context("no AppCluster round")?;
     let checks = [
         ("all 20 MyApps Ready", round.all_ready()),
-        ("no operator writes at rest", round.steady_writes == 0),
+        ("no operator writes at rest", round.at_rest.writes == 0),
         ("both floors converged", round.floors_converged()),
         (
             "restarted without writes",

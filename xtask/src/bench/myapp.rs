@@ -61,11 +61,8 @@ pub struct MyAppRound {
     /// The pass with the median (a) / fair floor (of two middle ones, the higher); a pass that
     /// did not converge counts as the highest.
     pub median: usize,
-    pub steady_writes: u64,
-    pub steady_reads: u64,
-    pub settled_rss_mib: f64,
-    /// The same, split: allocated and file-backed pages (read from `/proc`).
-    pub settled_rss_parts: Option<RssParts>,
+    /// The operator at rest after its first pass.
+    pub at_rest: AtRest,
     /// The operator restarted with the N MyApps converged (the largest N only).
     pub restart: Option<RestartRound>,
 }
@@ -123,14 +120,14 @@ pub async fn myapp_round(
     options: &Options,
 ) -> Result<MyAppRound> {
     let mut passes = Vec::new();
-    let mut steady = None;
+    let mut at_rest = None;
     let mut restarted = None;
     for pass in 0..options.repeat {
-        let namespace = format!("{}{n}-{pass}", OPERATOR_NAMESPACE);
+        let namespace = format!("{OPERATOR_NAMESPACE}{n}-{pass}");
         let (operator_children, operator_ready, requests_per_myapp) =
             operator_pass(admin, operator, n, &namespace, options).await?;
-        if steady.is_none() {
-            steady = Some(steady_state(operator, options).await);
+        if at_rest.is_none() {
+            at_rest = Some(steady_state(operator, options).await);
             if restart {
                 restarted = Some(restart_round(operator).await?);
             }
@@ -168,20 +165,11 @@ pub async fn myapp_round(
             .unwrap_or(f64::INFINITY)
     };
     order.sort_by(|a, b| by_ratio(a).total_cmp(&by_ratio(b)));
-    let Steady {
-        writes: steady_writes,
-        reads: steady_reads,
-        rss_mib: settled_rss_mib,
-        rss_parts: settled_rss_parts,
-    } = steady.unwrap_or_default();
     Ok(MyAppRound {
         n,
         median: order.get(passes.len() / 2).copied().unwrap_or(0),
         passes,
-        steady_writes,
-        steady_reads,
-        settled_rss_mib,
-        settled_rss_parts,
+        at_rest: at_rest.unwrap_or_default(),
         restart: restarted,
     })
 }
@@ -214,10 +202,10 @@ async fn floor_passes(
     pass: usize,
     options: &Options,
 ) -> Result<(Series, (Series, Series))> {
-    let namespace = format!("{}{n}-{pass}", FLOOR_NAMESPACE);
+    let namespace = format!("{FLOOR_NAMESPACE}{n}-{pass}");
     let floor_children = floor_pass(admin, floor, n, &namespace, options).await?;
     delete_namespace(admin, &namespace).await?;
-    let namespace = format!("{}{n}-{pass}", FAIR_NAMESPACE);
+    let namespace = format!("{FAIR_NAMESPACE}{n}-{pass}");
     let fair = fair_floor_pass(admin, floor, n, &namespace, options).await?;
     delete_namespace(admin, &namespace).await?;
     Ok((floor_children, fair))
@@ -361,7 +349,7 @@ impl ChurnRound {
 
 /// Nothing changes, so the operator should not write at all: its writes and reads over the
 /// steady window, and its RSS at the end of it.
-async fn steady_state(operator: &Operator, options: &Options) -> Steady {
+async fn steady_state(operator: &Operator, options: &Options) -> AtRest {
     let before = operator.requests();
     tokio::time::sleep(options.steady).await;
     let after = operator.requests();
@@ -372,7 +360,7 @@ async fn steady_state(operator: &Operator, options: &Options) -> Steady {
             (method.clone(), count.saturating_sub(earlier))
         })
         .collect();
-    Steady {
+    AtRest {
         writes: writes(&delta),
         reads: delta.get("GET").copied().unwrap_or(0),
         rss_mib: operator.rss_mib(),
@@ -380,12 +368,14 @@ async fn steady_state(operator: &Operator, options: &Options) -> Steady {
     }
 }
 
-#[derive(Default)]
-struct Steady {
-    writes: u64,
-    reads: u64,
-    rss_mib: f64,
-    rss_parts: Option<RssParts>,
+/// Requests over the steady window and the RSS at its end.
+#[derive(Default, Serialize)]
+pub struct AtRest {
+    pub writes: u64,
+    pub reads: u64,
+    pub rss_mib: f64,
+    /// The same RSS split: allocated and file-backed pages (read from `/proc`).
+    pub rss_parts: Option<RssParts>,
 }
 
 /// Restarts the converged operator and waits until it is idle.

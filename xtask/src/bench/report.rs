@@ -105,11 +105,12 @@ fn operator_section(text: &mut String, run: &OperatorRun) {
                     .iter()
                     .map(|(method, count)| (method.clone(), format!("{count:.2}")))
             ),
-            round.steady_writes,
-            round.steady_reads,
-            round.settled_rss_mib,
+            round.at_rest.writes,
+            round.at_rest.reads,
+            round.at_rest.rss_mib,
             round
-                .settled_rss_parts
+                .at_rest
+                .rss_parts
                 .map_or(String::new(), |parts| format!(
                     " ({:.1} allocated, {:.1} file)",
                     parts.anonymous_mib, parts.file_mib
