@@ -205,7 +205,8 @@ async fn the_seed_walkthrough_on_real_etcd() {
 /// survives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_1_to_3_and_back_keeps_quorum_and_data() {
-    let s = setup("etcd-scale").await;
+    let (client, adds) = etcd::RecordsMemberAdds::client(false);
+    let s = etcd::setup_with("etcd-scale", &[ControllerKind::Etcdcluster], client).await;
     kubectl_ok(&["apply", "-n", &s.ns.name, "-f", SAMPLE]);
     converged(&s.ns, CLUSTER, 1).await;
     assert!(
@@ -217,35 +218,22 @@ async fn scaling_1_to_3_and_back_keeps_quorum_and_data() {
         .await
     );
 
-    // Sample etcd while scaling: never more than one learner or unstarted member.
-    let sampling = Arc::new(AtomicBool::new(true));
-    let most_joining = Arc::new(AtomicUsize::new(0));
-    let sampler = tokio::spawn({
-        let (sampling, most_joining) = (sampling.clone(), most_joining.clone());
-        let ns = Target::from(&s.ns);
-        async move {
-            while sampling.load(Ordering::Relaxed) {
-                if let Some(members) = members(&ns, CLUSTER).await {
-                    let joining = members
-                        .iter()
-                        .filter(|m| m.is_learner || !m.is_started())
-                        .count();
-                    most_joining.fetch_max(joining, Ordering::Relaxed);
-                }
-                // The sampler's pace, until the scaling has converged.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    });
     resize(&s.ns, CLUSTER, 3).await;
     converged(&s.ns, CLUSTER, 3).await;
-    sampling.store(false, Ordering::Relaxed);
-    sampler.await.unwrap();
-    assert_eq!(
-        most_joining.load(Ordering::Relaxed),
-        1,
-        "at most one member joins at a time"
-    );
+    // A second member can only start joining at an add: etcd's answer to each add lists the
+    // members right after it, and the one just added must be the only one joining.
+    let answers = adds.answers();
+    assert_eq!(answers.len(), 2, "one add per new member: {answers:?}");
+    for members in &answers {
+        let joining = members
+            .iter()
+            .filter(|m| m.is_learner || !m.is_started())
+            .count();
+        assert_eq!(
+            joining, 1,
+            "at most one member joins at a time: {members:?}"
+        );
+    }
 
     resize(&s.ns, CLUSTER, 1).await;
     converged(&s.ns, CLUSTER, 1).await;
@@ -411,12 +399,12 @@ async fn an_operator_killed_between_member_add_and_pod_create_converges_after_re
     let target = Target::from(&ns);
     let dir = std::env::temp_dir().join(format!("etcd-members-{}", ns.name));
     let _runner = MemberRunner::start(ns.client.clone(), Some(&ns.name), &dir).await;
-    let (client, added) = support::etcd::DiesAfterMemberAdd::client();
+    let (client, adds) = support::etcd::RecordsMemberAdds::client(true);
     let first = support::start_with(&ns, &[ControllerKind::Etcdcluster], client).await;
     kubectl_ok(&["apply", "-n", &ns.name, "-f", SAMPLE]);
     converged(&ns, CLUSTER, 1).await;
     resize(&ns, CLUSTER, 2).await;
-    tokio::time::timeout(SLOW, added.cancelled())
+    tokio::time::timeout(SLOW, adds.first.cancelled())
         .await
         .expect("a member add");
     drop(first);

@@ -32,8 +32,13 @@ pub struct Setup {
 }
 
 pub async fn setup(prefix: &str, controllers: &[ControllerKind]) -> Setup {
+    setup_with(prefix, controllers, super::gateway()).await
+}
+
+/// [`setup`], with the controllers talking to etcd through `etcd`.
+pub async fn setup_with(prefix: &str, controllers: &[ControllerKind], etcd: EtcdClient) -> Setup {
     let ns = TestNamespace::new(prefix).await;
-    let operator = super::start(&ns, controllers).await;
+    let operator = super::start_with(&ns, controllers, etcd).await;
     let dir = std::env::temp_dir().join(format!("etcd-members-{}", ns.name));
     let runner = MemberRunner::start(ns.client.clone(), Some(&ns.name), &dir).await;
     Setup {
@@ -169,29 +174,47 @@ pub async fn patch_spec(ns: &TestNamespace, cluster: &str, spec: serde_json::Val
         .unwrap();
 }
 
-/// An etcd client whose first member add reaches etcd and then never returns, as if the
-/// operator died right after it: `added` is cancelled then. Everything else is the gateway's.
-pub struct DiesAfterMemberAdd {
-    gateway: EtcdGateway,
-    pub added: CancellationToken,
+/// What etcd answered to each member add the operator made: the member list right after it.
+#[derive(Clone, Default)]
+pub struct MemberAdds {
+    answers: std::sync::Arc<std::sync::Mutex<Vec<Vec<Member>>>>,
+    /// Cancelled when the first add has reached etcd.
+    pub first: CancellationToken,
 }
 
-impl DiesAfterMemberAdd {
-    pub fn client() -> (EtcdClient, CancellationToken) {
-        let added = CancellationToken::new();
-        let client = DiesAfterMemberAdd {
-            gateway: EtcdGateway::with_resolver(GatewaySettings::default(), Default::default()),
-            added: added.clone(),
-        };
-        (EtcdClient(std::sync::Arc::new(client)), added)
+impl MemberAdds {
+    pub fn answers(&self) -> Vec<Vec<Member>> {
+        self.answers.lock().unwrap().clone()
     }
 }
 
-impl EtcdApi for DiesAfterMemberAdd {
+/// An etcd client that keeps etcd's answer to every member add ([`MemberAdds`]) and, when
+/// `dies_after_first_add`, never returns from the first one, as if the operator died right after
+/// it reached etcd. Everything else is the gateway's.
+pub struct RecordsMemberAdds {
+    gateway: EtcdGateway,
+    dies_after_first_add: bool,
+    adds: MemberAdds,
+}
+
+impl RecordsMemberAdds {
+    pub fn client(dies_after_first_add: bool) -> (EtcdClient, MemberAdds) {
+        let adds = MemberAdds::default();
+        let client = RecordsMemberAdds {
+            gateway: EtcdGateway::with_resolver(GatewaySettings::default(), Default::default()),
+            dies_after_first_add,
+            adds: adds.clone(),
+        };
+        (EtcdClient(std::sync::Arc::new(client)), adds)
+    }
+}
+
+impl EtcdApi for RecordsMemberAdds {
     fn with_client_tls(&self, tls: &ClientTls) -> std::sync::Arc<dyn EtcdApi> {
-        std::sync::Arc::new(DiesAfterMemberAdd {
+        std::sync::Arc::new(RecordsMemberAdds {
             gateway: self.gateway.tls(tls),
-            added: self.added.clone(),
+            dies_after_first_add: self.dies_after_first_add,
+            adds: self.adds.clone(),
         })
     }
 
@@ -210,9 +233,17 @@ impl EtcdApi for DiesAfterMemberAdd {
     ) -> BoxFuture<'a, Result<AddedMember, EtcdError>> {
         Box::pin(async move {
             let added = self.gateway.add_member(endpoints, peer_url, learner).await;
-            if added.is_ok() && !self.added.is_cancelled() {
-                self.added.cancel();
-                return std::future::pending().await;
+            if let Ok(added) = &added {
+                self.adds
+                    .answers
+                    .lock()
+                    .unwrap()
+                    .push(added.members.clone());
+                let first = !self.adds.first.is_cancelled();
+                self.adds.first.cancel();
+                if first && self.dies_after_first_add {
+                    return std::future::pending().await;
+                }
             }
             added
         })
