@@ -136,6 +136,9 @@ pub async fn myapp_round(
         operator.pause()?;
         let floors = floor_passes(admin, floor, n, pass, options).await;
         operator.resume()?;
+        // It catches up on what it missed while stopped (the floors' MyApps, its own namespace's
+        // deletion): that work belongs to no round's window.
+        operator.until_idle(IDLE_WITHIN).await?;
         let (floor_children, (fair_children, fair_ready)) = floors?;
         let children_seconds = operator_children.total(n);
         let floor_seconds = floor_children.total(n);
@@ -173,6 +176,9 @@ pub async fn myapp_round(
         restart: restarted,
     })
 }
+
+/// How long an operator may take to become idle after a restart or a pause.
+const IDLE_WITHIN: Duration = Duration::from_secs(300);
 
 /// The prefixes of the MyApp rounds' namespaces: the operator's, the floor's, the fair floor's.
 const OPERATOR_NAMESPACE: &str = "bench-myapp-";
@@ -384,23 +390,7 @@ async fn restart_round(operator: &mut Operator) -> Result<RestartRound> {
     operator.take_peak();
     let ready_seconds = operator.restart().await?;
     let started = Instant::now() - Duration::from_secs_f64(ready_seconds);
-    let quiet_for = Duration::from_secs(3);
-    let mut last = operator.requests();
-    let mut last_change = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let scrape = operator.scrape();
-        let requests = scrape.requests();
-        if requests != last || scrape.busy() {
-            (last, last_change) = (requests, Instant::now());
-        } else if last_change.elapsed() >= quiet_for {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("the restarted operator was not idle within 300 s");
-        }
-    }
+    let (last, last_change) = operator.until_idle(IDLE_WITHIN).await?;
     Ok(RestartRound {
         ready_seconds,
         idle_seconds: (last_change - started).as_secs_f64().max(ready_seconds),

@@ -167,6 +167,32 @@ impl Operator {
         }
     }
 
+    /// Waits until the operator has sent no request and had no work queued or running for 3 s;
+    /// returns its requests by method then, and when it last did something.
+    pub async fn until_idle(&self, within: Duration) -> Result<(BTreeMap<String, u64>, Instant)> {
+        let quiet_for = Duration::from_secs(3);
+        let mut last = self.requests();
+        let mut last_change = Instant::now();
+        let deadline = Instant::now() + within;
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let scrape = self.scrape();
+            let requests = scrape.requests();
+            if requests != last || scrape.busy() {
+                (last, last_change) = (requests, Instant::now());
+            } else if last_change.elapsed() >= quiet_for {
+                return Ok((last, last_change));
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} was not idle within {} s",
+                    self.launch.name(),
+                    within.as_secs()
+                );
+            }
+        }
+    }
+
     /// One read of the metrics endpoint.
     pub fn scrape(&self) -> Scrape {
         Scrape::of(self.metrics)
