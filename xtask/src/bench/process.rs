@@ -175,6 +175,7 @@ impl Operator {
         let mut last_change = Instant::now();
         let deadline = Instant::now() + within;
         loop {
+            // The pace of the metrics reads that decide when it is idle.
             tokio::time::sleep(Duration::from_millis(200)).await;
             let scrape = self.scrape();
             let requests = scrape.requests();

@@ -378,11 +378,12 @@ where
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::apps::v1::Deployment;
     use kube::api::{Api, ObjectMeta};
     use serde_json::json;
 
     use super::{apply_child, holds};
+    use crate::reconcile::error::tests::namespace_refusal;
 
     /// A client whose API server refuses every request as the NamespaceLifecycle admission
     /// plugin does in a namespace being deleted, and keeps each request's method.
@@ -393,15 +394,7 @@ mod tests {
             if let Ok(mut seen) = seen.lock() {
                 seen.push(request.method().to_string());
             }
-            let refusal = json!({
-                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
-                "reason": "Forbidden",
-                "message": "configmaps \"web\" is forbidden: unable to create new content in namespace demo because it is being terminated",
-                "details": { "name": "web", "kind": "configmaps",
-                             "causes": [{ "reason": "NamespaceTerminating",
-                                          "message": "namespace demo is being terminated",
-                                          "field": "metadata.namespace" }] }
-            });
+            let refusal = namespace_refusal("NamespaceTerminating");
             let response = http::Response::builder()
                 .status(403)
                 .header("content-type", "application/json")
@@ -414,15 +407,15 @@ mod tests {
     #[tokio::test]
     async fn a_child_refused_because_its_namespace_is_going_costs_one_request() {
         let (client, methods) = namespace_being_deleted();
-        let desired = ConfigMap {
+        let desired = Deployment {
             metadata: ObjectMeta {
                 name: Some("web".into()),
                 namespace: Some("demo".into()),
                 ..ObjectMeta::default()
             },
-            ..ConfigMap::default()
+            ..Deployment::default()
         };
-        let api: Api<ConfigMap> = Api::namespaced(client, "demo");
+        let api: Api<Deployment> = Api::namespaced(client, "demo");
         let refused = apply_child(&api, &desired, None, "owner-uid", false).await;
         assert!(
             refused.is_err_and(|error| error.is_namespace_terminating()),

@@ -207,7 +207,7 @@ pub fn api_message(error: &kube::Error) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use kube::core::Status;
 
     use super::Error;
@@ -262,16 +262,21 @@ mod tests {
         assert!(!refused(422, "metadata.name: Invalid value").is_immutable_field());
     }
 
-    /// An apply refused the way the NamespaceLifecycle admission plugin refuses it, with `cause`.
-    fn apply_refused(cause: &str) -> Error {
-        let status: Status = serde_json::from_value(serde_json::json!({
+    /// The body of a refusal of Deployment `web` in namespace `demo`, with `cause`, as the
+    /// NamespaceLifecycle admission plugin sends it when the cause is `NamespaceTerminating`.
+    pub(crate) fn namespace_refusal(cause: &str) -> serde_json::Value {
+        serde_json::json!({
             "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
             "reason": "Forbidden",
             "message": "deployments.apps \"web\" is forbidden: unable to create new content in namespace demo because it is being terminated",
             "details": { "name": "web", "group": "apps", "kind": "deployments",
                          "causes": [{ "reason": cause, "message": "namespace demo is being terminated" }] }
-        }))
-        .expect("a Status");
+        })
+    }
+
+    /// An apply refused with [`namespace_refusal`].
+    fn apply_refused(cause: &str) -> Error {
+        let status: Status = serde_json::from_value(namespace_refusal(cause)).expect("a Status");
         Error::Apply {
             kind: "Deployment".into(),
             name: "web".into(),

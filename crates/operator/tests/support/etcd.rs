@@ -234,14 +234,13 @@ impl EtcdApi for RecordsMemberAdds {
         Box::pin(async move {
             let added = self.gateway.add_member(endpoints, peer_url, learner).await;
             if let Ok(added) = &added {
-                self.adds
-                    .answers
-                    .lock()
-                    .unwrap()
-                    .push(added.members.clone());
-                let first = !self.adds.first.is_cancelled();
+                let adds = {
+                    let mut answers = self.adds.answers.lock().unwrap();
+                    answers.push(added.members.clone());
+                    answers.len()
+                };
                 self.adds.first.cancel();
-                if first && self.dies_after_first_add {
+                if adds == 1 && self.dies_after_first_add {
                     return std::future::pending().await;
                 }
             }
