@@ -451,10 +451,16 @@ impl EtcdClusterReconciler {
             }
             Step::AddMember { pod } => {
                 let peer = self.peer_url(context, pod);
-                let members = self
-                    .counted("add", etcd.add_member(endpoints, &peer, true).await)
-                    .map_err(etcd_error("add a member"))?
-                    .members;
+                let members =
+                    match self.counted("add", etcd.add_member(endpoints, &peer, true).await) {
+                        Ok(added) => added.members,
+                        // etcd refuses a membership change until it has been connected to every
+                        // voting member for 5 s (one just promoted, say): not a failure to back off
+                        // from, so the next look, at the progress pace, asks again. A member that
+                        // stays away shows in the status as unready.
+                        Err(EtcdError::Unhealthy { .. }) => return Ok(()),
+                        Err(error) => return Err(etcd_error("add a member")(error)),
+                    };
                 self.create_joining_pod(context, pod, &desired.version, &members)
                     .await?;
                 (
@@ -463,9 +469,15 @@ impl EtcdClusterReconciler {
                 )
             }
             Step::RemoveMember { id, name } => {
-                etcd.remove(&self.removal_endpoints(context, endpoints, name), *id)
+                match etcd
+                    .remove(&self.removal_endpoints(context, endpoints, name), *id)
                     .await
-                    .map_err(etcd_error("remove a member"))?;
+                {
+                    Ok(_) => {}
+                    // As for an add: asked again at the progress pace.
+                    Err(EtcdError::Unhealthy { .. }) => return Ok(()),
+                    Err(error) => return Err(etcd_error("remove a member")(error)),
+                }
                 (
                     "MemberRemoved",
                     format!("removed member {name}; its Pod goes next"),
