@@ -57,6 +57,9 @@ bench: preflight ## Convergence and cost vs the plain-client floor, on its own c
 	@# The bench client is optimized too: built for debugging it took more CPU than the operator.
 	$(CARGO) run --release --quiet --locked -p xtask -- bench $(BENCH_ARGS)
 
+bench-stateful: preflight ## Stateful rounds on a real node (started if none runs): EtcdCluster 0 -> 3 -> 5 -> 3, operator vs by hand (target/bench-stateful/)
+	$(CARGO) run --release --quiet --locked -p xtask -- bench-stateful $(BENCH_STATEFUL_ARGS)
+
 # A kubebuilder-style operator (hack/bench-operator, controller-runtime, built with Go) through
 # the same rounds after ours; any other: see docs/benchmarks.md#your-operator.
 BENCH_COMPARE = controller-runtime=target/bench-operator/bench-operator --metrics-bind-address={metrics} --health-probe-bind-address={health} --max-concurrent-reconciles=10 --zap-devel=false
@@ -85,4 +88,4 @@ cluster-down: ## Stop every process of the local control plane and remove its st
 tools: ## Build (or find cached) the pinned upstream binaries
 	$(CARGO) xtask tools
 
-.PHONY: help preflight run test test-real-node chaos lint manifests install uninstall deploy undeploy build-installer image load bench bench-compare cluster-up cluster-down tools
+.PHONY: help preflight run test test-real-node chaos lint manifests install uninstall deploy undeploy build-installer image load bench bench-stateful bench-compare cluster-up cluster-down tools

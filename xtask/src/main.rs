@@ -139,6 +139,15 @@ enum Task {
         #[arg(long)]
         compare_rbac: Vec<PathBuf>,
     },
+    /// The stateful rounds on the local control plane with a real node (started if none runs,
+    /// then stopped): an EtcdCluster 0 -> 3 -> 5 -> 3 by the operator and by hand.
+    BenchStateful {
+        /// Operator/by-hand passes.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        #[arg(long, default_value = "target/bench-stateful")]
+        output: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -288,6 +297,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 extra_roles: compare_rbac,
             }))?;
         }
+        Task::BenchStateful { repeat, output } => {
+            runtime.block_on(bench_stateful(repeat, repo().join(output)))?;
+        }
         Task::Test { cargo_args } => return runtime.block_on(test(&cargo_args)),
         Task::TestOldestKubernetes => {
             let tools = Tools::ensure(&tool_sources())?;
@@ -314,16 +326,11 @@ fn path(path: &Path) -> Result<&str> {
 /// `make bench`: a release operator on a control plane of its own (started and stopped here).
 async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
     let tools = Tools::ensure(&tool_sources())?;
-    let built = Command::new(env!("CARGO"))
-        .args(["build", "--release", "--locked", "-p", "app-operator"])
-        .status()?;
-    if !built.success() {
-        bail!("building the release operator failed");
-    }
     options.operators.insert(
         0,
         bench::Launch::Ours {
-            binary: repo().join("target/release/app-operator"),
+            binary: release_operator()?,
+            args: Vec::new(),
         },
     );
     let layout = Layout {
@@ -336,6 +343,46 @@ async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
     let report = result?;
     print!("{}", bench::markdown(&report));
     Ok(())
+}
+
+/// `make bench-stateful`: the release operator on the local control plane with a real node (started
+/// here and stopped after, unless one runs), with etcd members' names resolved as `make run` does.
+async fn bench_stateful(repeat: usize, output: PathBuf) -> Result<()> {
+    let tools = Tools::ensure(&tool_sources())?;
+    let launch = bench::Launch::Ours {
+        binary: release_operator()?,
+        args: vec![
+            "--etcd-dns-server".to_owned(),
+            local_cluster::node::CLUSTER_DNS.to_owned(),
+        ],
+    };
+    let layout = Layout::default();
+    let started = operator::real_node_cluster(&layout, &tools).await?;
+    std::fs::create_dir_all(&output)?;
+    let result = bench::stateful(&launch, &layout.kubeconfig(), repeat, &output, &tools).await;
+    if started {
+        Cluster::down(&layout)?;
+    }
+    let report = result?;
+    std::fs::write(
+        output.join("results.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    let markdown = bench::stateful_markdown(&report);
+    std::fs::write(output.join("results.md"), &markdown)?;
+    print!("{markdown}");
+    Ok(())
+}
+
+/// Builds the release operator (what a user deploys, and what is measured); its path.
+fn release_operator() -> Result<PathBuf> {
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--locked", "-p", "app-operator"])
+        .status()?;
+    if !built.success() {
+        bail!("building the release operator failed");
+    }
+    Ok(repo().join("target/release/app-operator"))
 }
 
 /// Runs the benchmark and writes its results (JSON, markdown, SVG chart) into `options.output`.

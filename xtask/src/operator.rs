@@ -9,20 +9,31 @@ use local_cluster::{Cluster, ClusterOptions, Layout, Tools};
 use crate::deliver::install;
 use crate::{repo, tool_sources};
 
+/// The local control plane of `layout` with a real node: started if none runs (true), refused if
+/// one runs without a real node, where Pods would run nowhere.
+pub(crate) async fn real_node_cluster(layout: &Layout, tools: &Tools) -> Result<bool> {
+    if layout.running().is_empty() {
+        Cluster::up(layout, tools, &ClusterOptions::real_node()).await?;
+        return Ok(true);
+    }
+    if !local_cluster::node::NodeLayout::of(layout).exists() {
+        bail!(
+            "a local control plane without a real node runs (state in {}): its Pods would run \
+             nowhere. Stop it with `make cluster-down`, then run this again to start one with a \
+             real node",
+            layout.state_dir.display()
+        );
+    }
+    Ok(false)
+}
+
 /// `make run`: what a newcomer runs first. The cluster has a real node: every sample's Pods run.
 pub(crate) async fn run_operator() -> Result<ExitCode> {
     let tools = Tools::ensure(&tool_sources())?;
     let layout = Layout::default();
-    if layout.running().is_empty() {
-        Cluster::up(&layout, &tools, &ClusterOptions::real_node()).await?;
+    if real_node_cluster(&layout, &tools).await? {
         println!(
             "started the local control plane with a real node; stop it with `make cluster-down`"
-        );
-    } else if !local_cluster::node::NodeLayout::of(&layout).exists() {
-        bail!(
-            "a local control plane without a real node runs (state in {}): its Pods would run \
-             nowhere. Stop it with `make cluster-down`, then `make run` starts one with a real node",
-            layout.state_dir.display()
         );
     }
     let kubeconfig = layout.kubeconfig();

@@ -29,6 +29,7 @@ pub(crate) async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> 
         operators: vec![
             bench::Launch::Ours {
                 binary: repo().join("target/debug/app-operator"),
+                args: Vec::new(),
             },
             bench::Launch::Command {
                 name: "env-prefixed".to_owned(),

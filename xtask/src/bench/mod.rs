@@ -7,6 +7,7 @@
 
 mod appcluster;
 mod cluster;
+mod etcd;
 mod myapp;
 mod process;
 mod report;
@@ -21,10 +22,11 @@ use serde::Serialize;
 
 use self::appcluster::{AppClusterRound, appcluster_round};
 use self::cluster::{Identity, install_crds};
+use self::etcd::{EtcdPass, etcd_pass};
 use self::myapp::{ChurnRound, MyAppRound, churn_round, myapp_round};
 pub use self::process::Launch;
 use self::process::Operator;
-pub use self::report::{chart, markdown};
+pub use self::report::{chart, markdown, stateful_markdown};
 
 /// Our operator's own defaults, stated in the report.
 const OPERATOR_CONCURRENCY: &str =
@@ -159,6 +161,55 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
         operators,
         appcluster,
         churn,
+    })
+}
+
+/// `make bench-stateful`: the operator's stateful rounds on the real node, each beside its floor.
+#[derive(Serialize)]
+pub struct StatefulReport {
+    pub machine: String,
+    pub command: String,
+    pub operator_command: String,
+    pub etcd: Vec<EtcdPass>,
+    pub peak_rss_mib: f64,
+    pub cpu_seconds: f64,
+    pub requests_by_method: BTreeMap<String, u64>,
+}
+
+/// `repeat` passes of each stateful round by `launch` (ours), with the operator's identity, on
+/// the cluster of `kubeconfig`.
+pub async fn stateful(
+    launch: &Launch,
+    kubeconfig: &std::path::Path,
+    repeat: usize,
+    output: &std::path::Path,
+    tools: &local_cluster::Tools,
+) -> Result<StatefulReport> {
+    let admin = local_cluster::admin_client(kubeconfig).await?;
+    install_crds(&admin).await?;
+    let identity = output.join("operator.kubeconfig");
+    Identity {
+        kubectl: tools.bin("kubectl"),
+        admin_kubeconfig: kubeconfig,
+        extra_roles: &[],
+    }
+    .create(&admin, &identity)
+    .await?;
+    let mut operator = Operator::start(launch, &identity, output).await?;
+    let mut etcd = Vec::new();
+    for pass in 1..=repeat {
+        eprintln!("bench: EtcdCluster 0 -> 3 -> 5 -> 3 (operator, then by hand), pass {pass}");
+        etcd.push(etcd_pass(&admin, &operator).await?);
+    }
+    let (cpu_seconds, requests_by_method) = operator.totals();
+    Ok(StatefulReport {
+        machine: machine(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        operator_command: launch.describe(),
+        etcd,
+        peak_rss_mib: operator.overall_peak(),
+        cpu_seconds,
+        requests_by_method,
     })
 }
 

@@ -17,8 +17,8 @@ use serde::Serialize;
 /// How to start an operator.
 #[derive(Clone, Debug, Serialize)]
 pub enum Launch {
-    /// app-operator: it picks free ports itself and logs them.
-    Ours { binary: PathBuf },
+    /// app-operator: it picks free ports itself and logs them; `args` follow the harness's own.
+    Ours { binary: PathBuf, args: Vec<String> },
     /// Another operator's command line, run through `sh -c`, with `{metrics}` and `{health}`
     /// replaced by free local addresses for its metrics and health probe servers.
     Command { name: String, line: String },
@@ -35,7 +35,9 @@ impl Launch {
     /// The command line as the report states it.
     pub fn describe(&self) -> String {
         match self {
-            Launch::Ours { binary } => format!("{} run", binary.display()),
+            Launch::Ours { binary, args } => format!("{} run {}", binary.display(), args.join(" "))
+                .trim_end()
+                .to_owned(),
             Launch::Command { line, .. } => line.clone(),
         }
     }
@@ -268,7 +270,7 @@ fn spawn(launch: &Launch, kubeconfig: &Path, log: &Path) -> Result<(Child, u16, 
         .append(true)
         .open(log)?;
     match launch {
-        Launch::Ours { binary } => {
+        Launch::Ours { binary, args } => {
             let child = Command::new(binary)
                 .args([
                     "run",
@@ -278,6 +280,7 @@ fn spawn(launch: &Launch, kubeconfig: &Path, log: &Path) -> Result<(Child, u16, 
                     "--health-probe-bind-address=127.0.0.1:0",
                 ])
                 .arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .args(args)
                 .stdout(Stdio::null())
                 .stderr(stderr)
                 .spawn()

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::myapp::Pass;
-use super::{OperatorRun, Report};
+use super::{OperatorRun, Report, StatefulReport};
 
 fn seconds(value: Option<f64>) -> String {
     value.map_or_else(|| "did not converge".to_owned(), |s| format!("{s:.2} s"))
@@ -63,6 +63,38 @@ pub fn markdown(report: &Report) -> String {
             ratio(churn.growth()),
         );
     }
+    text
+}
+
+pub fn stateful_markdown(report: &StatefulReport) -> String {
+    let mut text = format!(
+        "Machine: {}. The operator: `{}`, its own process, as the ServiceAccount bound to the ClusterRole of config/rbac; every Pod runs on the real node.\n\n",
+        report.machine, report.operator_command
+    );
+    text.push_str("EtcdCluster (etcd 3.6, data in emptyDir), each step to every member Pod Ready, none terminating, etcd listing that many started voting members (and, for the operator, its Ready condition); the floor: the operator's own member Pods and Services, copied and joined by hand through etcd's member API (learner added, Pod started, promoted; member removed, Pod deleted), one at a time.\n\n");
+    text.push_str(
+        "| pass | step | operator | by hand | operator / by hand |\n|---:|---|---:|---:|---:|\n",
+    );
+    for (index, pass) in report.etcd.iter().enumerate() {
+        for step in &pass.steps {
+            let _ = writeln!(
+                text,
+                "| {} | {} | {:.2} s | {:.2} s | {:.2} |",
+                index + 1,
+                step.name,
+                step.operator_seconds,
+                step.floor_seconds,
+                step.ratio()
+            );
+        }
+    }
+    let _ = write!(
+        text,
+        "\nThe operator: peak RSS {:.1} MiB; CPU {:.2} s for its whole run; API requests by method: {}.\n",
+        report.peak_rss_mib,
+        report.cpu_seconds,
+        by_method(report.requests_by_method.clone())
+    );
     text
 }
 
