@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use app_operator::etcd::address::Addressing;
-use app_operator::etcd::{EtcdClient, MemberDns, MemberResolver};
+use app_operator::etcd::{EtcdClient, MemberDns, MemberPods, MemberResolver};
 use app_operator::manager::leader::LeaderElection;
 use app_operator::manager::{self, ControllerKind, Options, Timeouts};
 use app_operator::s3;
@@ -359,13 +359,17 @@ fn init_logging(format: LogFormat, level: &str) {
 }
 
 async fn run(args: RunArgs) -> Result<(), String> {
-    let etcd_dns = MemberResolver::new(&match args.etcd_dns_server {
-        Some(server) => MemberDns::Cluster {
-            server,
-            domain: args.cluster_domain.clone(),
+    let member_pods = MemberPods::default();
+    let etcd_dns = MemberResolver::new(
+        &match args.etcd_dns_server {
+            Some(server) => MemberDns::Cluster {
+                server,
+                domain: args.cluster_domain.clone(),
+            },
+            None => MemberDns::System,
         },
-        None => MemberDns::System,
-    })?;
+        member_pods.clone(),
+    )?;
     let options = Options {
         namespace: Some(args.watch_namespace).filter(|n| !n.is_empty()),
         controllers: args.controllers,
@@ -387,6 +391,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
         }),
         etcd_addressing: args.etcd_member_addressing,
         etcd_client: EtcdClient::gateway(etcd_dns),
+        etcd_member_pods: member_pods,
         helper_image: args.helper_image,
         timeouts: Timeouts {
             request: args.request_timeout,

@@ -16,7 +16,7 @@ use futures::future::{BoxFuture, join_all};
 use strum::IntoStaticStr;
 
 pub use gateway::{EtcdGateway, GatewaySettings};
-pub use resolve::{MemberDns, MemberResolver};
+pub use resolve::{MemberDns, MemberPods, MemberResolver};
 pub use tls::ClientTls;
 
 /// One member of the cluster, as the member list shows it.

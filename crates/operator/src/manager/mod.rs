@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controllers::Wiring;
 use crate::controllers::etcdcluster::EtcdSettings;
-use crate::etcd::EtcdClient;
 use crate::etcd::address::Addressing;
+use crate::etcd::{EtcdClient, MemberPods};
 use crate::reconcile::runner::Settings;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::readiness::Readiness;
@@ -47,6 +47,8 @@ pub struct Options {
     pub etcd_addressing: Addressing,
     /// The client both talk to etcd with.
     pub etcd_client: EtcdClient,
+    /// Where that client's resolver looks members up first: the EtcdCluster controller fills it.
+    pub etcd_member_pods: MemberPods,
     /// The image backup Jobs and restoring Pods run `app-operator object-store` from; this
     /// Pod's own when unset and the operator runs in one.
     pub helper_image: Option<String>,
@@ -167,6 +169,7 @@ pub fn start_controllers(
         etcd: EtcdSettings {
             addressing: options.etcd_addressing,
             client: options.etcd_client.0.clone(),
+            member_pods: options.etcd_member_pods.clone(),
         },
         helper_image: options.helper_image.clone(),
     };

@@ -107,6 +107,7 @@ async fn start_on(
         leader_election: None,
         etcd_addressing: Addressing::Loopback,
         etcd_client: etcd,
+        etcd_member_pods: Default::default(),
         helper_image: None,
         timeouts: Timeouts::default(),
     };

@@ -39,7 +39,7 @@ use super::appcluster::pods::is_ready;
 use super::{Wiring, bucket};
 use crate::etcd::address::Addressing;
 use crate::etcd::version::Version;
-use crate::etcd::{self as etcd_api, ClientTls, EtcdApi, EtcdError, tls};
+use crate::etcd::{self as etcd_api, ClientTls, EtcdApi, EtcdError, MemberPods, tls};
 use crate::reconcile::apply::controlled;
 use crate::reconcile::children::{OnImmutable, Owned, create_child, delete_child};
 use crate::reconcile::runner::{Reconciled, Reconciler, Runner, Target, cached};
@@ -60,13 +60,17 @@ const HEALTH_POLL: Duration = Duration::from_secs(15);
 pub struct EtcdSettings {
     pub addressing: Addressing,
     pub client: Arc<dyn EtcdApi>,
+    /// Given the member Pods' cache, for the client to find members without asking DNS.
+    pub member_pods: MemberPods,
 }
 
 pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let (settings, etcd) = (wiring.settings, wiring.etcd);
     let mut runner = Runner::<EtcdCluster>::new(NAME, &settings).children(CLUSTER_LABEL);
+    let pods = runner.owns();
+    etcd.member_pods.watch(pods.clone());
     let reconciler = EtcdClusterReconciler {
-        pods: runner.owns(),
+        pods,
         services: Owned::new(runner.owns(), OnImmutable::Recreate),
         budgets: Owned::new(runner.owns(), OnImmutable::Recreate),
         claims: runner.owns(),
