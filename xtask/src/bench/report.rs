@@ -1,5 +1,6 @@
 //! The report: a markdown table per operator, and the SVG chart.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -22,6 +23,14 @@ fn by_method<V: std::fmt::Display>(requests: impl IntoIterator<Item = (String, V
         .map(|(method, count)| format!("{method} {count}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// An operator's whole run: its peak memory, CPU and requests.
+fn totals(peak_rss_mib: f64, cpu_seconds: f64, requests: &BTreeMap<String, u64>) -> String {
+    format!(
+        "The operator: peak RSS {peak_rss_mib:.1} MiB; CPU {cpu_seconds:.2} s for its whole run; API requests by method: {}.\n",
+        by_method(requests.clone())
+    )
 }
 
 pub fn markdown(report: &Report) -> String {
@@ -88,13 +97,12 @@ pub fn stateful_markdown(report: &StatefulReport) -> String {
             );
         }
     }
-    let _ = write!(
-        text,
-        "\nThe operator: peak RSS {:.1} MiB; CPU {:.2} s for its whole run; API requests by method: {}.\n",
+    text.push('\n');
+    text.push_str(&totals(
         report.peak_rss_mib,
         report.cpu_seconds,
-        by_method(report.requests_by_method.clone())
-    );
+        &report.requests_by_method,
+    ));
     text
 }
 
@@ -164,13 +172,12 @@ fn operator_section(text: &mut String, run: &OperatorRun) {
         }
     }
     if run.failure.is_none() {
-        let _ = write!(
-            text,
-            "\nPeak RSS {:.1} MiB; CPU {:.2} s for its whole run; API requests by method: {}.\n",
+        text.push('\n');
+        text.push_str(&totals(
             run.peak_rss_mib,
             run.cpu_seconds,
-            by_method(run.requests_by_method.clone())
-        );
+            &run.requests_by_method,
+        ));
     }
 }
 
