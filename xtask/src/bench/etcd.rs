@@ -59,30 +59,6 @@ struct Built {
     members_after: Vec<Vec<String>>,
 }
 
-/// Waits until the API server resolves an EtcdCluster owner reference. Just after the CRDs are
-/// installed its owner-reference admission does not know the kind for a while (a fresh cluster's
-/// first pass: the operator's children refused for 30 s with "cannot find RESTMapping"), which
-/// is the cluster's warm-up, not the operator's work.
-pub async fn until_owners_resolve(admin: &Client) -> Result<()> {
-    let probe: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
-        "metadata": { "name": "bench-owner-probe", "ownerReferences": [{
-            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-            "name": CLUSTER, "uid": "00000000-0000-0000-0000-000000000000",
-            "blockOwnerDeletion": true
-        }]}
-    }))?;
-    let config_maps = Api::namespaced(admin.clone(), "default");
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    wait_for(STEP_TIMEOUT, || async {
-        config_maps.create(&dry_run, &probe).await.ok().map(drop)
-    })
-    .await
-    .context("EtcdCluster owner references were not resolved")
-}
-
 /// One operator pass, then one floor pass of the same steps.
 pub async fn etcd_pass(admin: &Client, operator: &Operator) -> Result<EtcdPass> {
     // What a pass that failed left behind.

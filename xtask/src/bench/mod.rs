@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use self::appcluster::{AppClusterRound, appcluster_round};
 use self::cluster::{Identity, install_crds};
-use self::etcd::{EtcdPass, etcd_pass, until_owners_resolve};
+use self::etcd::{EtcdPass, etcd_pass};
 use self::myapp::{ChurnRound, MyAppRound, churn_round, myapp_round};
 pub use self::process::Launch;
 use self::process::Operator;
@@ -195,7 +195,6 @@ pub async fn stateful(
     }
     .create(&admin, &identity)
     .await?;
-    until_owners_resolve(&admin).await?;
     let mut operator = Operator::start(launch, &identity, output).await?;
     let mut etcd = Vec::new();
     for pass in 1..=repeat {
