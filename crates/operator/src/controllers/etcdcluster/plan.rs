@@ -316,10 +316,15 @@ pub fn plan(desired: &Desired, observed: &Observed, new_pod: &str) -> Plan {
         return plan(None, blocked_upgrade);
     }
     // 7. Upgrade one member at a time, the leader last, once all are healthy and none upgrading.
+    // Healthy includes the kubelet's view: a member restarted on the new image knows its leader
+    // within a second, but its Pod is out of the client Service until its readiness probe passes.
     if blocked_upgrade.is_some() {
         return plan(None, blocked_upgrade);
     }
-    let all_healthy = etcd.members.iter().all(|m| m.healthy && !m.is_learner);
+    let all_healthy = etcd.members.iter().all(|m| {
+        let pod_ready = m.pod.as_deref().and_then(pod).is_some_and(|p| p.ready);
+        m.healthy && !m.is_learner && pod_ready
+    });
     let mid_roll = etcd.members.iter().any(|m| {
         let pod_version = m
             .pod
@@ -893,7 +898,17 @@ mod tests {
             vec![old_member(1, "a"), old_member(2, "b")],
         );
         assert_eq!(step(&desired(2), &seen), None);
-        // b upgraded: a is next.
+        // b's member runs 3.6, but the kubelet has not yet seen its Pod Ready: wait for it.
+        let not_ready = MemberPod {
+            ready: false,
+            ..pod("b")
+        };
+        let seen = observed(
+            vec![old("a"), not_ready],
+            vec![old_member(1, "a"), member(2, "b")],
+        );
+        assert_eq!(step(&desired(2), &seen), None);
+        // b upgraded and Ready: a is next.
         let seen = observed(
             vec![old("a"), pod("b")],
             vec![old_member(1, "a"), member(2, "b")],
