@@ -140,7 +140,8 @@ enum Task {
         compare_rbac: Vec<PathBuf>,
     },
     /// The stateful rounds on the local control plane with a real node (started if none runs,
-    /// then stopped): an EtcdCluster 0 -> 3 -> 5 -> 3 by the operator and by hand.
+    /// then stopped): an EtcdCluster created with 3 members, upgraded 3.5 -> 3.6, scaled
+    /// 3 -> 5 -> 3, by the operator and by hand.
     BenchStateful {
         /// Operator/by-hand passes.
         #[arg(long, default_value_t = 3)]

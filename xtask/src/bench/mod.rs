@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use self::appcluster::{AppClusterRound, appcluster_round};
 use self::cluster::{Identity, install_crds};
-use self::etcd::{EtcdPass, etcd_pass};
+use self::etcd::{EtcdPass, etcd_pass, warm_up};
 use self::myapp::{ChurnRound, MyAppRound, churn_round, myapp_round};
 pub use self::process::Launch;
 use self::process::Operator;
@@ -170,6 +170,8 @@ pub struct StatefulReport {
     pub machine: String,
     pub command: String,
     pub operator_command: String,
+    /// A 1-member EtcdCluster's seconds to Ready, before the passes (the cluster's warm-up).
+    pub warm_up_seconds: f64,
     pub etcd: Vec<EtcdPass>,
     pub peak_rss_mib: f64,
     pub cpu_seconds: f64,
@@ -196,9 +198,13 @@ pub async fn stateful(
     .create(&admin, &identity)
     .await?;
     let mut operator = Operator::start(launch, &identity, output).await?;
+    eprintln!("bench: warm-up, a 1-member EtcdCluster");
+    let warm_up_seconds = warm_up(&admin, &operator).await?;
     let mut etcd = Vec::new();
     for pass in 1..=repeat {
-        eprintln!("bench: EtcdCluster 0 -> 3 -> 5 -> 3 (operator, then by hand), pass {pass}");
+        eprintln!(
+            "bench: EtcdCluster 0 -> 3 members, 3.5 -> 3.6, 3 -> 5 -> 3 members, backup, restore (operator, then by hand), pass {pass}"
+        );
         etcd.push(etcd_pass(&admin, &operator).await?);
     }
     let (cpu_seconds, requests_by_method) = operator.totals();
@@ -206,6 +212,7 @@ pub async fn stateful(
         machine: machine(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         operator_command: launch.describe(),
+        warm_up_seconds,
         etcd,
         peak_rss_mib: operator.overall_peak(),
         cpu_seconds,

@@ -80,7 +80,12 @@ pub fn stateful_markdown(report: &StatefulReport) -> String {
         "Machine: {}. The operator: `{}`, its own process, as the ServiceAccount bound to the ClusterRole of config/rbac; every Pod runs on the real node.\n\n",
         report.machine, report.operator_command
     );
-    text.push_str("EtcdCluster (etcd 3.6, data in emptyDir), each step to every member Pod Ready, none terminating, etcd listing that many started voting members (and, for the operator, its Ready condition); the floor: the operator's own member Pods and Services, copied and joined by hand through etcd's member API (learner added, Pod started, promoted; member removed, Pod deleted), one at a time.\n\n");
+    text.push_str("EtcdCluster (members' data in emptyDir): 3 members on etcd 3.5, upgraded to 3.6, scaled to 5 and back to 3; then 100 MiB written (not timed) and snapshotted to a claim, the cluster deleted (not timed) and one restored from the snapshot, whose every value is read back. A member step ends with every member Pod Ready, none terminating, etcd listing that many started voting members, each answering on the step's version (and, for the operator, its Ready condition); the backup with the EtcdBackup's `succeeded` (by hand: the snapshot Pod's success). The floor: the operator's own Pods, Services and claim, copied and handled by hand through etcd's member API, one member at a time (learner added, Pod started, promoted; member removed, Pod deleted; a Pod's image set, the leader's last; the backup Job's Pod run on its own; the restored first member, which runs `etcdutl snapshot restore`, started and the others joined to it).\n\n");
+    let _ = writeln!(
+        text,
+        "Before the passes, a 1-member EtcdCluster by the operator (not a step: the API server's warm-up after the CRDs are installed): {:.2} s to Ready.\n",
+        report.warm_up_seconds
+    );
     text.push_str(
         "| pass | step | operator | by hand | operator / by hand |\n|---:|---|---:|---:|---:|\n",
     );

@@ -1,10 +1,12 @@
-//! The stateful round on the real node: an EtcdCluster scaled 0 → 3 → 5 → 3 members by the
-//! operator, then the same steps by hand (the floor): the operator's own member Pods and Services,
-//! copied into another namespace, started and joined through etcd's member API one at a time as
-//! a person with `etcdctl` and `kubectl` would (add a learner, start its Pod, promote it; remove a
-//! member, delete its Pod). Both are timed to the same end: every Pod Ready, none terminating,
-//! and etcd listing exactly that many started voting members; the operator's also to its
-//! `Ready` condition, which is what its user waits for.
+//! The stateful round on the real node: an EtcdCluster created with 3 members on etcd 3.5,
+//! upgraded to 3.6, scaled to 5 and back to 3 by the operator, then the same steps by hand (the
+//! floor): the operator's own member Pods and Services, copied into another namespace, started
+//! and joined through etcd's member API one at a time as a person with `etcdctl` and `kubectl`
+//! would (add a learner, start its Pod, promote it; remove a member, delete its Pod; set a
+//! member Pod's image, the leader's last). Both are timed to the same end: every Pod Ready, none
+//! terminating, and etcd listing exactly that many started voting members, each answering on the
+//! step's version; the operator's also to its `Ready` condition, which is what its user waits
+//! for.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -21,11 +23,33 @@ use testkit::etcd_store::EtcdStore;
 use super::cluster::{delete_namespace, ensure_namespace, wait_for};
 use super::process::Operator;
 
+mod backup;
+
 const CLUSTER: &str = "bench-etcd";
 const OPERATOR_NAMESPACE: &str = "bench-etcd-operator";
 const FLOOR_NAMESPACE: &str = "bench-etcd-floor";
-/// The sizes the cluster goes through, from none.
-const SIZES: [usize; 3] = [3, 5, 3];
+const FROM_VERSION: &str = "3.5.35";
+const TO_VERSION: &str = "3.6.16";
+
+#[derive(Clone, Copy)]
+enum Step {
+    /// The cluster's members and their etcd version.
+    Members(usize, &'static str),
+    /// [`backup::DATA_MIB`] written (not timed), then a snapshot of it taken to a claim.
+    Backup,
+    /// The cluster deleted (not timed), then one of the same size started from the snapshot.
+    Restore,
+}
+
+/// What the cluster goes through, from none.
+const STEPS: [Step; 6] = [
+    Step::Members(3, FROM_VERSION),
+    Step::Members(3, TO_VERSION),
+    Step::Members(5, TO_VERSION),
+    Step::Members(3, TO_VERSION),
+    Step::Backup,
+    Step::Restore,
+];
 /// Longest a step may take (image pulls are local; a member starts in seconds).
 const STEP_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -37,7 +61,7 @@ pub struct EtcdPass {
 
 #[derive(Serialize)]
 pub struct EtcdStep {
-    /// "0 → 3" and so on.
+    /// "0 → 3 members", "3.5.35 → 3.6.16" and so on.
     pub name: String,
     pub operator_seconds: f64,
     pub floor_seconds: f64,
@@ -49,14 +73,58 @@ impl EtcdStep {
     }
 }
 
-/// The operator's member Pods and Services, as it built them, for the floor to start by hand.
+/// What the operator built, for the floor to start by hand.
 #[derive(Default)]
 struct Built {
     services: Vec<Value>,
-    /// Every member Pod the operator created, by name.
+    /// Every member Pod the operator created, by name, as first seen.
     pods: BTreeMap<String, Value>,
-    /// The members each step ends with, in the order the operator added them.
-    members_after: Vec<Vec<String>>,
+    /// How each step ends.
+    after: Vec<Shape>,
+    /// The claim its EtcdBackup wrote to, and the Pod of the backup's Job.
+    backup: Option<(Value, Value)>,
+}
+
+/// The cluster at the end of a step.
+struct Shape {
+    /// In the order etcd lists them.
+    members: Vec<String>,
+    /// The member Pods' image.
+    image: String,
+}
+
+/// A 1-member EtcdCluster by the operator, not timed as a step: just after the CRDs are
+/// installed the API server refuses owner references to an EtcdCluster for a while ("cannot
+/// find RESTMapping", about 30 s on a fresh cluster), which is the cluster's warm-up, not the
+/// operator's work. Returns its seconds.
+pub async fn warm_up(admin: &Client, operator: &Operator) -> Result<f64> {
+    let namespace = "bench-etcd-warm-up";
+    delete_namespace(admin, namespace).await?;
+    ensure_namespace(admin, namespace).await?;
+    let started = Instant::now();
+    let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), namespace);
+    clusters
+        .create(
+            &PostParams::default(),
+            &cluster(1, TO_VERSION, json!(null))?,
+        )
+        .await?;
+    wait_for(STEP_TIMEOUT, || ready_and_settled(&clusters, 1, TO_VERSION))
+        .await
+        .context("the warm-up EtcdCluster did not become Ready")?;
+    let seconds = started.elapsed().as_secs_f64();
+    delete_namespace(admin, namespace).await?;
+    operator.until_idle(STEP_TIMEOUT).await?;
+    Ok(seconds)
+}
+
+/// EtcdCluster [`CLUSTER`] of `size` members on `version`, restored as `restore` says (or not).
+fn cluster(size: usize, version: &str, restore: Value) -> Result<EtcdCluster> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": { "name": CLUSTER },
+        "spec": { "size": size, "version": version, "restore": restore }
+    }))?)
 }
 
 /// One operator pass, then one floor pass of the same steps.
@@ -66,21 +134,51 @@ pub async fn etcd_pass(admin: &Client, operator: &Operator) -> Result<EtcdPass> 
     delete_namespace(admin, FLOOR_NAMESPACE).await?;
     let (operator_seconds, built) = by_operator(admin, operator).await?;
     let floor_seconds = by_hand(admin, &built).await?;
-    let mut from = 0;
-    let steps = SIZES
-        .iter()
+    let steps = step_names()
+        .into_iter()
         .zip(operator_seconds.into_iter().zip(floor_seconds))
-        .map(|(&size, (operator_seconds, floor_seconds))| {
-            let name = format!("{from} → {size}");
-            from = size;
-            EtcdStep {
-                name,
-                operator_seconds,
-                floor_seconds,
-            }
+        .map(|(name, (operator_seconds, floor_seconds))| EtcdStep {
+            name,
+            operator_seconds,
+            floor_seconds,
         })
         .collect();
     Ok(EtcdPass { steps })
+}
+
+/// Each step by what it changes: "0 → 3 members", "3.5.35 → 3.6.16", "backup of 100 MiB".
+fn step_names() -> Vec<String> {
+    let mut before = (0, FROM_VERSION);
+    STEPS
+        .iter()
+        .map(|&step| match step {
+            Step::Members(size, version) => {
+                let name = if version == before.1 {
+                    format!("{} → {size} members", before.0)
+                } else {
+                    format!("{} → {version}", before.1)
+                };
+                before = (size, version);
+                name
+            }
+            Step::Backup => format!("backup of {} MiB", backup::DATA_MIB),
+            Step::Restore => format!("restore into {} members", before.0),
+        })
+        .collect()
+}
+
+/// The members and version each step ends with.
+fn shapes() -> Vec<(usize, &'static str)> {
+    let mut now = (0, FROM_VERSION);
+    STEPS
+        .iter()
+        .map(|&step| {
+            if let Step::Members(size, version) = step {
+                now = (size, version);
+            }
+            now
+        })
+        .collect()
 }
 
 async fn by_operator(admin: &Client, operator: &Operator) -> Result<(Vec<f64>, Built)> {
@@ -89,33 +187,71 @@ async fn by_operator(admin: &Client, operator: &Operator) -> Result<(Vec<f64>, B
     let pods: Api<Pod> = Api::namespaced(admin.clone(), OPERATOR_NAMESPACE);
     let mut built = Built::default();
     let mut seconds = Vec::new();
-    for size in SIZES {
-        let started = Instant::now();
-        let cluster = json!({
-            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-            "metadata": { "name": CLUSTER }, "spec": { "size": size }
+    for (step, (size, version)) in STEPS.into_iter().zip(shapes()) {
+        let until_settled = || async {
+            wait_for(STEP_TIMEOUT, || async {
+                ready_and_settled(&clusters, size, version).await?;
+                settled(&pods, size, version).await
+            })
+            .await
+            .with_context(|| {
+                format!("the operator's EtcdCluster did not settle at {size} members on {version}")
+            })
+        };
+        let taken = match step {
+            Step::Members(..) => {
+                let started = Instant::now();
+                clusters
+                    .patch(
+                        CLUSTER,
+                        &PatchParams::apply("app-operator-bench").force(),
+                        &Patch::Apply(&cluster(size, version, json!(null))?),
+                    )
+                    .await?;
+                until_settled().await?;
+                started.elapsed()
+            }
+            Step::Backup => {
+                let (taken, claim, job_pod) = backup::by_operator(admin, &pods).await?;
+                built.backup = Some((claim, job_pod));
+                taken
+            }
+            Step::Restore => {
+                backup::delete_members(&pods, || async {
+                    clusters.delete(CLUSTER, &DeleteParams::default()).await?;
+                    Ok(())
+                })
+                .await?;
+                let started = Instant::now();
+                let restore = json!({ "backupName": backup::BACKUP });
+                clusters
+                    .create(&PostParams::default(), &cluster(size, version, restore)?)
+                    .await?;
+                until_settled().await?;
+                let taken = started.elapsed();
+                backup::holds_the_data(&pods).await?;
+                taken
+            }
+        };
+        seconds.push(taken.as_secs_f64());
+        let listed = pods.list(&selector()).await?.items;
+        let members = settled(&pods, size, version)
+            .await
+            .context("the operator's EtcdCluster after the step")?;
+        let image = listed
+            .iter()
+            .find_map(image_of)
+            .context("a member Pod's image")?;
+        built.after.push(Shape {
+            members,
+            image: image.to_owned(),
         });
-        clusters
-            .patch(
-                CLUSTER,
-                &PatchParams::apply("app-operator-bench").force(),
-                &Patch::Apply(&cluster),
-            )
-            .await?;
-        let members = wait_for(STEP_TIMEOUT, || async {
-            ready_and_settled(&clusters, size).await?;
-            settled(&pods, size).await
-        })
-        .await
-        .with_context(|| format!("the operator's EtcdCluster did not settle at {size} members"))?;
-        seconds.push(started.elapsed().as_secs_f64());
-        for pod in pods.list(&selector()).await? {
+        for pod in listed {
             built
                 .pods
                 .entry(pod.name_any())
                 .or_insert(serde_json::to_value(&pod)?);
         }
-        built.members_after.push(members);
         // The next step starts with the operator at rest, as the floor's does.
         operator.until_idle(STEP_TIMEOUT).await?;
     }
@@ -127,8 +263,9 @@ async fn by_operator(admin: &Client, operator: &Operator) -> Result<(Vec<f64>, B
     Ok((seconds, built))
 }
 
-/// The EtcdCluster has seen its latest spec and says Ready with `size` ready members.
-async fn ready_and_settled(clusters: &Api<EtcdCluster>, size: usize) -> Option<()> {
+/// The EtcdCluster has seen its latest spec and says Ready with `size` ready members on
+/// `version`.
+async fn ready_and_settled(clusters: &Api<EtcdCluster>, size: usize, version: &str) -> Option<()> {
     let cluster = clusters.get(CLUSTER).await.ok()?;
     let status = cluster.status?;
     let ready = status
@@ -137,7 +274,8 @@ async fn ready_and_settled(clusters: &Api<EtcdCluster>, size: usize) -> Option<(
         .any(|c| c.type_ == "Ready" && c.status == "True");
     (ready
         && status.observed_generation == cluster.metadata.generation
-        && usize::try_from(status.ready_members).ok() == Some(size))
+        && usize::try_from(status.ready_members).ok() == Some(size)
+        && status.current_version.as_deref() == Some(version))
     .then_some(())
 }
 
@@ -145,15 +283,24 @@ fn selector() -> ListParams {
     ListParams::default().labels(&format!("etcd_cluster={CLUSTER}"))
 }
 
-/// Exactly `size` member Pods, all Ready and none terminating, and etcd lists exactly `size`
-/// started voting members: their names, in the order etcd lists them.
-async fn settled(pods: &Api<Pod>, size: usize) -> Option<Vec<String>> {
+/// Exactly `size` member Pods, all Ready and none terminating, each answering on `version`, and
+/// etcd lists exactly `size` started voting members: their names, in the order etcd lists them.
+async fn settled(pods: &Api<Pod>, size: usize, version: &str) -> Option<Vec<String>> {
     let pods = pods.list(&selector()).await.ok()?.items;
     let all_ready = pods
         .iter()
         .all(|pod| pod.metadata.deletion_timestamp.is_none() && testkit::running_and_ready(pod));
     if pods.len() != size || !all_ready {
         return None;
+    }
+    for endpoint in endpoints(&pods) {
+        let status = EtcdStore::new(endpoint)
+            .call("/v3/maintenance/status", json!({}))
+            .await
+            .ok()?;
+        if status["version"] != version {
+            return None;
+        }
     }
     let members = member_list(&endpoints(&pods)).await?;
     let voting: Vec<String> = members
@@ -201,48 +348,81 @@ async fn by_hand(admin: &Client, built: &Built) -> Result<Vec<f64>> {
     ensure_namespace(admin, FLOOR_NAMESPACE).await?;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), FLOOR_NAMESPACE);
     let services: Api<Service> = Api::namespaced(admin.clone(), FLOOR_NAMESPACE);
+    for service in &built.services {
+        services
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(copied(service)?)?,
+            )
+            .await?;
+    }
     let mut seconds = Vec::new();
     let mut running: Vec<String> = Vec::new();
-    for (index, target) in built.members_after.iter().enumerate() {
-        let started = Instant::now();
-        if index == 0 {
-            for service in &built.services {
-                services
-                    .create(
-                        &PostParams::default(),
-                        &serde_json::from_value(copied(service)?)?,
-                    )
-                    .await?;
+    for ((step, (_, version)), shape) in STEPS.into_iter().zip(shapes()).zip(&built.after) {
+        let taken = match step {
+            Step::Members(..) => {
+                let started = Instant::now();
+                reach(&pods, built, shape, version, &mut running).await?;
+                started.elapsed()
             }
-        }
-        let mut joining = target
-            .iter()
-            .filter(|m| !running.contains(m))
-            .map(|member| {
-                let pod = built.pods.get(member);
-                Some((member, pod?))
-            })
-            .collect::<Option<Vec<_>>>()
-            .context("a Pod of the operator's that was not seen")?;
-        // In the order the operator added them: each knew the members before it.
-        joining.sort_by_key(|(_, pod)| {
-            flag(pod, "--initial-cluster").map(|members| members.split(',').count())
-        });
-        for (member, pod) in joining {
-            join(&pods, pod, running.is_empty()).await?;
-            running.push(member.clone());
-        }
-        while running.len() > target.len() {
-            let leaving = leave(&pods, &running, target).await?;
-            running.retain(|m| *m != leaving);
-        }
-        wait_for(STEP_TIMEOUT, || settled(&pods, target.len()))
-            .await
-            .with_context(|| format!("the floor did not settle at {} members", target.len()))?;
-        seconds.push(started.elapsed().as_secs_f64());
+            Step::Backup => {
+                let (claim, job_pod) = built.backup.as_ref().context("the operator's backup")?;
+                backup::by_hand(admin, claim, job_pod).await?
+            }
+            Step::Restore => {
+                backup::delete_members(&pods, || async {
+                    pods.delete_collection(&DeleteParams::default(), &selector())
+                        .await?;
+                    Ok(())
+                })
+                .await?;
+                running.clear();
+                let started = Instant::now();
+                reach(&pods, built, shape, version, &mut running).await?;
+                let taken = started.elapsed();
+                backup::holds_the_data(&pods).await?;
+                taken
+            }
+        };
+        seconds.push(taken.as_secs_f64());
     }
     delete_namespace(admin, FLOOR_NAMESPACE).await?;
     Ok(seconds)
+}
+
+/// Brings the floor's members to `shape`: those it lacks joined in the order the operator added
+/// them (each knew the members before it), those it has no more removed, then every member moved
+/// to the shape's image; until etcd lists them all, started, on `version`.
+async fn reach(
+    pods: &Api<Pod>,
+    built: &Built,
+    shape: &Shape,
+    version: &str,
+    running: &mut Vec<String>,
+) -> Result<()> {
+    let target = &shape.members;
+    let mut joining = target
+        .iter()
+        .filter(|m| !running.contains(m))
+        .map(|member| Some((member, built.pods.get(member)?)))
+        .collect::<Option<Vec<_>>>()
+        .context("a Pod of the operator's that was not seen")?;
+    joining.sort_by_key(|(_, pod)| {
+        flag(pod, "--initial-cluster").map(|members| members.split(',').count())
+    });
+    for (member, pod) in joining {
+        join(pods, pod, running.is_empty()).await?;
+        running.push(member.clone());
+    }
+    while running.len() > target.len() {
+        let leaving = leave(pods, running, target).await?;
+        running.retain(|m| *m != leaving);
+    }
+    upgrade(pods, &shape.image, version).await?;
+    wait_for(STEP_TIMEOUT, || settled(pods, target.len(), version))
+        .await
+        .with_context(|| format!("the floor did not settle at {} members", target.len()))
+        .map(drop)
 }
 
 /// Starts `pod`: the first member founds the cluster; any other is added as a learner first and
@@ -317,6 +497,40 @@ async fn leave(pods: &Api<Pod>, running: &[String], target: &[String]) -> Result
     Ok(leaving.0)
 }
 
+/// Sets the image of every member Pod that runs another one, one member at a time and the leader
+/// last (as `kubectl set image` would), each once it answers on `version` before the next.
+async fn upgrade(pods: &Api<Pod>, image: &str, version: &str) -> Result<()> {
+    loop {
+        let listed = pods.list(&selector()).await?.items;
+        let mut stale = Vec::new();
+        for pod in listed.iter().filter(|pod| image_of(pod) != Some(image)) {
+            let endpoint = endpoints(std::slice::from_ref(pod));
+            let status = call_any(&endpoint, "/v3/maintenance/status", json!({})).await?;
+            let leads = status["leader"] == status["header"]["member_id"];
+            stale.push((leads, pod.name_any(), endpoint));
+        }
+        let Some((_, name, endpoint)) = stale.into_iter().min() else {
+            return Ok(());
+        };
+        let patch = json!({ "spec": { "containers": [{ "name": "etcd", "image": image }] } });
+        pods.patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await?;
+        wait_for(STEP_TIMEOUT, || async {
+            let status = call_any(&endpoint, "/v3/maintenance/status", json!({}))
+                .await
+                .ok()?;
+            let pod = pods.get(&name).await.ok()?;
+            (status["version"] == version && testkit::running_and_ready(&pod)).then_some(())
+        })
+        .await
+        .with_context(|| format!("{name} did not come back on {version}"))?;
+    }
+}
+
+fn image_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.containers.first()?.image.as_deref()
+}
+
 /// The value of `--name=value` in the first container's command.
 fn flag(pod: &Value, name: &str) -> Option<String> {
     pod["spec"]["containers"][0]["command"]
@@ -326,13 +540,14 @@ fn flag(pod: &Value, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// `object` (a Pod or Service the operator built) for the floor's namespace: its name, labels,
-/// annotations and spec, without what the API server or the scheduler filled in, and with the
-/// operator namespace's cluster-DNS names turned into the floor's.
+/// `object` (a Pod, Service or claim the operator built) for the floor's namespace: its name,
+/// labels, annotations and spec, without what the API server, the scheduler or the binding filled
+/// in, and with the operator namespace's cluster-DNS names turned into the floor's.
 fn copied(object: &Value) -> Result<Value> {
     let mut spec = object["spec"].clone();
     if let Some(spec) = spec.as_object_mut() {
         spec.remove("nodeName");
+        spec.remove("volumeName");
         if spec.get("clusterIP").and_then(Value::as_str) != Some("None") {
             spec.remove("clusterIP");
             spec.remove("clusterIPs");
@@ -356,6 +571,21 @@ fn copied(object: &Value) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steps_are_named_by_what_they_change() {
+        assert_eq!(
+            step_names(),
+            [
+                "0 → 3 members",
+                "3.5.35 → 3.6.16",
+                "3 → 5 members",
+                "5 → 3 members",
+                "backup of 100 MiB",
+                "restore into 3 members"
+            ]
+        );
+    }
 
     #[test]
     fn a_copied_member_pod_answers_at_the_floors_names_and_is_scheduled_again() {
