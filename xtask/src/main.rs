@@ -141,11 +141,19 @@ enum Task {
     },
     /// The stateful rounds on the local control plane with a real node (started if none runs,
     /// then stopped): an EtcdCluster created with 3 members, upgraded 3.5 -> 3.6, scaled
-    /// 3 -> 5 -> 3, by the operator and by hand.
+    /// 3 -> 5 -> 3, backed up and restored; a SampleDB created; by the operator and by hand.
     BenchStateful {
         /// Operator/by-hand passes.
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        /// The rounds to run.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "etcd,sampledb"
+        )]
+        rounds: Vec<bench::StatefulRound>,
         #[arg(long, default_value = "target/bench-stateful")]
         output: PathBuf,
     },
@@ -298,8 +306,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 extra_roles: compare_rbac,
             }))?;
         }
-        Task::BenchStateful { repeat, output } => {
-            runtime.block_on(bench_stateful(repeat, repo().join(output)))?;
+        Task::BenchStateful {
+            repeat,
+            rounds,
+            output,
+        } => {
+            runtime.block_on(bench_stateful(repeat, &rounds, repo().join(output)))?;
         }
         Task::Test { cargo_args } => return runtime.block_on(test(&cargo_args)),
         Task::TestOldestKubernetes => {
@@ -348,8 +360,16 @@ async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
 
 /// `make bench-stateful`: the release operator on the local control plane with a real node (started
 /// here and stopped after, unless one runs), with etcd members' names resolved as `make run` does.
-async fn bench_stateful(repeat: usize, output: PathBuf) -> Result<()> {
+async fn bench_stateful(
+    repeat: usize,
+    rounds: &[bench::StatefulRound],
+    output: PathBuf,
+) -> Result<()> {
     let tools = Tools::ensure(&tool_sources())?;
+    if rounds.contains(&bench::StatefulRound::Sampledb) {
+        // The SampleDB round asks PostgreSQL with `psql`.
+        suites::ensure_postgres()?;
+    }
     let launch = bench::Launch::Ours {
         binary: release_operator()?,
         args: vec![
@@ -360,7 +380,17 @@ async fn bench_stateful(repeat: usize, output: PathBuf) -> Result<()> {
     let layout = Layout::default();
     let started = operator::real_node_cluster(&layout, &tools).await?;
     std::fs::create_dir_all(&output)?;
-    let result = bench::stateful(&launch, &layout.kubeconfig(), repeat, &output, &tools).await;
+    let result = bench::stateful(
+        &launch,
+        &layout.kubeconfig(),
+        &bench::StatefulOptions {
+            repeat,
+            rounds,
+            output: &output,
+        },
+        &tools,
+    )
+    .await;
     if started {
         Cluster::down(&layout)?;
     }

@@ -7,10 +7,12 @@
 
 mod appcluster;
 mod cluster;
+mod copy;
 mod etcd;
 mod myapp;
 mod process;
 mod report;
+mod sampledb;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -22,11 +24,12 @@ use serde::Serialize;
 
 use self::appcluster::{AppClusterRound, appcluster_round};
 use self::cluster::{Identity, install_crds};
-use self::etcd::{EtcdPass, etcd_pass, warm_up};
+use self::etcd::{etcd_pass, warm_up};
 use self::myapp::{ChurnRound, MyAppRound, churn_round, myapp_round};
 pub use self::process::Launch;
 use self::process::Operator;
 pub use self::report::{chart, markdown, stateful_markdown};
+use self::sampledb::sampledb_pass;
 
 /// Our operator's own defaults, stated in the report.
 const OPERATOR_CONCURRENCY: &str =
@@ -164,6 +167,21 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
     })
 }
 
+/// One step of a stateful round: its seconds by the operator and by hand.
+#[derive(Serialize)]
+pub struct TimedStep {
+    /// "0 → 3 members", "3.5.35 → 3.6.16" and so on.
+    pub name: String,
+    pub operator_seconds: f64,
+    pub floor_seconds: f64,
+}
+
+impl TimedStep {
+    pub fn ratio(&self) -> f64 {
+        self.operator_seconds / self.floor_seconds
+    }
+}
+
 /// `make bench-stateful`: the operator's stateful rounds on the real node, each beside its floor.
 #[derive(Serialize)]
 pub struct StatefulReport {
@@ -172,24 +190,38 @@ pub struct StatefulReport {
     pub operator_command: String,
     /// A 1-member EtcdCluster's seconds to Ready, before the passes (the cluster's warm-up).
     pub warm_up_seconds: f64,
-    pub etcd: Vec<EtcdPass>,
+    /// Each pass's steps.
+    pub etcd: Vec<Vec<TimedStep>>,
+    pub sampledb: Vec<Vec<TimedStep>>,
     pub peak_rss_mib: f64,
     pub cpu_seconds: f64,
     pub requests_by_method: BTreeMap<String, u64>,
 }
 
-/// `repeat` passes of each stateful round by `launch` (ours), with the operator's identity, on
-/// the cluster of `kubeconfig`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatefulRound {
+    Etcd,
+    Sampledb,
+}
+
+pub struct StatefulOptions<'a> {
+    /// Operator/by-hand passes of each round.
+    pub repeat: usize,
+    pub rounds: &'a [StatefulRound],
+    pub output: &'a std::path::Path,
+}
+
+/// The stateful rounds by `launch` (ours), with the operator's identity, on the cluster of
+/// `kubeconfig`.
 pub async fn stateful(
     launch: &Launch,
     kubeconfig: &std::path::Path,
-    repeat: usize,
-    output: &std::path::Path,
+    options: &StatefulOptions<'_>,
     tools: &local_cluster::Tools,
 ) -> Result<StatefulReport> {
     let admin = local_cluster::admin_client(kubeconfig).await?;
     install_crds(&admin).await?;
-    let identity = output.join("operator.kubeconfig");
+    let identity = options.output.join("operator.kubeconfig");
     Identity {
         kubectl: tools.bin("kubectl"),
         admin_kubeconfig: kubeconfig,
@@ -197,15 +229,21 @@ pub async fn stateful(
     }
     .create(&admin, &identity)
     .await?;
-    let mut operator = Operator::start(launch, &identity, output).await?;
+    let mut operator = Operator::start(launch, &identity, options.output).await?;
     eprintln!("bench: warm-up, a 1-member EtcdCluster");
     let warm_up_seconds = warm_up(&admin, &operator).await?;
-    let mut etcd = Vec::new();
-    for pass in 1..=repeat {
-        eprintln!(
-            "bench: EtcdCluster 0 -> 3 members, 3.5 -> 3.6, 3 -> 5 -> 3 members, backup, restore (operator, then by hand), pass {pass}"
-        );
-        etcd.push(etcd_pass(&admin, &operator).await?);
+    let (mut etcd, mut sampledb) = (Vec::new(), Vec::new());
+    for pass in 1..=options.repeat {
+        if options.rounds.contains(&StatefulRound::Etcd) {
+            eprintln!(
+                "bench: EtcdCluster 0 -> 3 members, 3.5 -> 3.6, 3 -> 5 -> 3 members, backup, restore (operator, then by hand), pass {pass}"
+            );
+            etcd.push(etcd_pass(&admin, &operator).await?);
+        }
+        if options.rounds.contains(&StatefulRound::Sampledb) {
+            eprintln!("bench: SampleDB created (operator, then by hand), pass {pass}");
+            sampledb.push(sampledb_pass(&admin, &operator).await?);
+        }
     }
     let (cpu_seconds, requests_by_method) = operator.totals();
     Ok(StatefulReport {
@@ -214,6 +252,7 @@ pub async fn stateful(
         operator_command: launch.describe(),
         warm_up_seconds,
         etcd,
+        sampledb,
         peak_rss_mib: operator.overall_peak(),
         cpu_seconds,
         requests_by_method,

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::myapp::Pass;
-use super::{OperatorRun, Report, StatefulReport};
+use super::{OperatorRun, Report, StatefulReport, TimedStep};
 
 fn seconds(value: Option<f64>) -> String {
     value.map_or_else(|| "did not converge".to_owned(), |s| format!("{s:.2} s"))
@@ -80,17 +80,36 @@ pub fn stateful_markdown(report: &StatefulReport) -> String {
         "Machine: {}. The operator: `{}`, its own process, as the ServiceAccount bound to the ClusterRole of config/rbac; every Pod runs on the real node.\n\n",
         report.machine, report.operator_command
     );
-    text.push_str("EtcdCluster (members' data in emptyDir): 3 members on etcd 3.5, upgraded to 3.6, scaled to 5 and back to 3; then 100 MiB written (not timed) and snapshotted to a claim, the cluster deleted (not timed) and one restored from the snapshot, whose every value is read back. A member step ends with every member Pod Ready, none terminating, etcd listing that many started voting members, each answering on the step's version (and, for the operator, its Ready condition); the backup with the EtcdBackup's `succeeded` (by hand: the snapshot Pod's success). The floor: the operator's own Pods, Services and claim, copied and handled by hand through etcd's member API, one member at a time (learner added, Pod started, promoted; member removed, Pod deleted; a Pod's image set, the leader's last; the backup Job's Pod run on its own; the restored first member, which runs `etcdutl snapshot restore`, started and the others joined to it).\n\n");
     let _ = writeln!(
         text,
         "Before the passes, a 1-member EtcdCluster by the operator (not a step: the API server's warm-up after the CRDs are installed): {:.2} s to Ready.\n",
         report.warm_up_seconds
     );
-    text.push_str(
-        "| pass | step | operator | by hand | operator / by hand |\n|---:|---|---:|---:|---:|\n",
-    );
-    for (index, pass) in report.etcd.iter().enumerate() {
-        for step in &pass.steps {
+    if !report.etcd.is_empty() {
+        text.push_str("EtcdCluster (members' data in emptyDir): 3 members on etcd 3.5, upgraded to 3.6, scaled to 5 and back to 3; then 100 MiB written (not timed) and snapshotted to a claim, the cluster deleted (not timed) and one restored from the snapshot, whose every value is read back. A member step ends with every member Pod Ready, none terminating, etcd listing that many started voting members, each answering on the step's version (and, for the operator, its Ready condition); the backup with the EtcdBackup's `succeeded` (by hand: the snapshot Pod's success). The floor: the operator's own Pods, Services and claim, copied and handled by hand through etcd's member API, one member at a time (learner added, Pod started, promoted; member removed, Pod deleted; a Pod's image set, the leader's last; the backup Job's Pod run on its own; the restored first member, which runs `etcdutl snapshot restore`, started and the others joined to it).\n\n");
+        text.push_str(&steps_table(&report.etcd));
+        text.push('\n');
+    }
+    if !report.sampledb.is_empty() {
+        text.push_str("SampleDB (PostgreSQL 15, 1 GiB data claim): created until it says Ready for its generation and answers `select 1` with its Secret's credentials. The floor: the operator's Secret, ConfigMaps, claims, Service and StatefulSet, copied and created by hand, and once PostgreSQL answers, its init Job's Pod run on its own to success.\n\n");
+        text.push_str(&steps_table(&report.sampledb));
+        text.push('\n');
+    }
+    text.push_str(&totals(
+        report.peak_rss_mib,
+        report.cpu_seconds,
+        &report.requests_by_method,
+    ));
+    text
+}
+
+/// Each pass's steps, operator beside by hand.
+fn steps_table(passes: &[Vec<TimedStep>]) -> String {
+    let mut text =
+        "| pass | step | operator | by hand | operator / by hand |\n|---:|---|---:|---:|---:|\n"
+            .to_owned();
+    for (index, pass) in passes.iter().enumerate() {
+        for step in pass {
             let _ = writeln!(
                 text,
                 "| {} | {} | {:.2} s | {:.2} s | {:.2} |",
@@ -102,12 +121,6 @@ pub fn stateful_markdown(report: &StatefulReport) -> String {
             );
         }
     }
-    text.push('\n');
-    text.push_str(&totals(
-        report.peak_rss_mib,
-        report.cpu_seconds,
-        &report.requests_by_method,
-    ));
     text
 }
 

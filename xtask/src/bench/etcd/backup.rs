@@ -12,8 +12,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use app_operator::api::EtcdBackup;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testkit::etcd_store::EtcdStore;
 use testkit::history::Store;
@@ -22,6 +22,7 @@ use super::{
     CLUSTER, FLOOR_NAMESPACE, OPERATOR_NAMESPACE, STEP_TIMEOUT, copied, endpoints, selector,
 };
 use crate::bench::cluster::wait_for;
+use crate::bench::copy;
 
 /// How much the cluster holds when it is backed up.
 pub const DATA_MIB: usize = 100;
@@ -126,15 +127,7 @@ pub async fn by_operator(admin: &Client, pods: &Api<Pod>) -> Result<(Duration, V
         .into_iter()
         .next()
         .context("the EtcdBackup's Job")?;
-    let template = job.spec.map(|spec| spec.template).unwrap_or_default();
-    let job_pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": job.metadata.name,
-            "labels": template.metadata.as_ref().and_then(|m| m.labels.clone()),
-        },
-        "spec": template.spec,
-    });
+    let job_pod = copy::job_pod(&job);
     Ok((taken, claim, job_pod))
 }
 
@@ -142,31 +135,17 @@ pub async fn by_operator(admin: &Client, pods: &Api<Pod>) -> Result<(Duration, V
 /// namespace, until the Pod has succeeded.
 pub async fn by_hand(admin: &Client, claim: &Value, job_pod: &Value) -> Result<Duration> {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), FLOOR_NAMESPACE);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), FLOOR_NAMESPACE);
     fill(&pods).await?;
-    let mut claim = copied(claim)?;
-    // The binding's annotations would say it is bound already.
-    claim["metadata"]["annotations"] = Value::Null;
-    let pod: Pod = serde_json::from_value(copied(job_pod)?)?;
-    let name = pod.name_any();
+    let (claim, job_pod) = (copied(claim)?, copied(job_pod)?);
+    let name = job_pod["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let started = Instant::now();
-    claims
-        .create(&PostParams::default(), &serde_json::from_value(claim)?)
-        .await?;
-    pods.create(&PostParams::default(), &pod).await?;
-    let phase = wait_for(STEP_TIMEOUT, || async {
-        let phase = pods.get(&name).await.ok()?.status?.phase?;
-        ["Succeeded", "Failed"]
-            .contains(&phase.as_str())
-            .then_some(phase)
-    })
-    .await
-    .with_context(|| format!("the floor's backup Pod {name} did not finish"))?;
-    let taken = started.elapsed();
-    if phase != "Succeeded" {
-        bail!("the floor's backup Pod {name} failed");
-    }
-    Ok(taken)
+    copy::create(admin, FLOOR_NAMESPACE, claim).await?;
+    copy::create(admin, FLOOR_NAMESPACE, job_pod).await?;
+    copy::until_succeeded(&pods, &name, STEP_TIMEOUT).await?;
+    Ok(started.elapsed())
 }
 
 #[cfg(test)]

@@ -16,11 +16,12 @@ use app_operator::api::EtcdCluster;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use serde::Serialize;
 use serde_json::{Value, json};
 use testkit::etcd_store::EtcdStore;
 
+use super::TimedStep;
 use super::cluster::{delete_namespace, ensure_namespace, wait_for};
+use super::copy;
 use super::process::Operator;
 
 mod backup;
@@ -52,26 +53,6 @@ const STEPS: [Step; 6] = [
 ];
 /// Longest a step may take (image pulls are local; a member starts in seconds).
 const STEP_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// One pass: each step's seconds by the operator and by hand.
-#[derive(Serialize)]
-pub struct EtcdPass {
-    pub steps: Vec<EtcdStep>,
-}
-
-#[derive(Serialize)]
-pub struct EtcdStep {
-    /// "0 → 3 members", "3.5.35 → 3.6.16" and so on.
-    pub name: String,
-    pub operator_seconds: f64,
-    pub floor_seconds: f64,
-}
-
-impl EtcdStep {
-    pub fn ratio(&self) -> f64 {
-        self.operator_seconds / self.floor_seconds
-    }
-}
 
 /// What the operator built, for the floor to start by hand.
 #[derive(Default)]
@@ -128,7 +109,7 @@ fn cluster(size: usize, version: &str, restore: Value) -> Result<EtcdCluster> {
 }
 
 /// One operator pass, then one floor pass of the same steps.
-pub async fn etcd_pass(admin: &Client, operator: &Operator) -> Result<EtcdPass> {
+pub async fn etcd_pass(admin: &Client, operator: &Operator) -> Result<Vec<TimedStep>> {
     // What a pass that failed left behind.
     delete_namespace(admin, OPERATOR_NAMESPACE).await?;
     delete_namespace(admin, FLOOR_NAMESPACE).await?;
@@ -137,13 +118,13 @@ pub async fn etcd_pass(admin: &Client, operator: &Operator) -> Result<EtcdPass> 
     let steps = step_names()
         .into_iter()
         .zip(operator_seconds.into_iter().zip(floor_seconds))
-        .map(|(name, (operator_seconds, floor_seconds))| EtcdStep {
+        .map(|(name, (operator_seconds, floor_seconds))| TimedStep {
             name,
             operator_seconds,
             floor_seconds,
         })
         .collect();
-    Ok(EtcdPass { steps })
+    Ok(steps)
 }
 
 /// Each step by what it changes: "0 → 3 members", "3.5.35 → 3.6.16", "backup of 100 MiB".
@@ -540,32 +521,9 @@ fn flag(pod: &Value, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// `object` (a Pod, Service or claim the operator built) for the floor's namespace: its name,
-/// labels, annotations and spec, without what the API server, the scheduler or the binding filled
-/// in, and with the operator namespace's cluster-DNS names turned into the floor's.
+/// `object`, as the operator built it, for the floor's namespace.
 fn copied(object: &Value) -> Result<Value> {
-    let mut spec = object["spec"].clone();
-    if let Some(spec) = spec.as_object_mut() {
-        spec.remove("nodeName");
-        spec.remove("volumeName");
-        if spec.get("clusterIP").and_then(Value::as_str) != Some("None") {
-            spec.remove("clusterIP");
-            spec.remove("clusterIPs");
-        }
-    }
-    let spec: Value = serde_json::from_str(&spec.to_string().replace(
-        &format!(".{OPERATOR_NAMESPACE}."),
-        &format!(".{FLOOR_NAMESPACE}."),
-    ))?;
-    let metadata = &object["metadata"];
-    Ok(json!({
-        "apiVersion": object["apiVersion"], "kind": object["kind"],
-        "metadata": {
-            "name": metadata["name"], "labels": metadata["labels"],
-            "annotations": metadata["annotations"]
-        },
-        "spec": spec
-    }))
+    copy::copied(object, OPERATOR_NAMESPACE, FLOOR_NAMESPACE)
 }
 
 #[cfg(test)]
