@@ -2553,8 +2553,8 @@ mod long {
         read_back(&store, writers, "history/", "etcd scaled 1 → 3 → 5 → 3 → 1").await;
     }
 
-    /// Real etcd members upgraded one by one from 3.5 to 3.6 (each Pod replaced by one on the new
-    /// image, the data directory kept) keep every write two clients were told succeeded while the
+    /// Real etcd members upgraded one by one from 3.5 to 3.6 (each member Pod's image changed in
+    /// place, the data directory kept) keep every write two clients were told succeeded while the
     /// upgrade rolled, though every operator process was killed (SIGKILL) in the middle of it:
     /// the restarted operator finds the half-done upgrade and finishes it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
