@@ -47,17 +47,28 @@ pub fn copied(object: &Value, from: &str, to: &str) -> Result<Value> {
     Ok(copy)
 }
 
+/// A namespaced kind the harness reads and creates, typed.
+pub trait Namespaced:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + serde::Serialize
+    + std::fmt::Debug
+{
+}
+
+impl<K> Namespaced for K where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+{
+}
+
 /// Creates `copy` (from [`copied`]) in `namespace`.
 pub async fn create(client: &Client, namespace: &str, copy: Value) -> Result<()> {
-    async fn made<K>(client: &Client, namespace: &str, copy: Value) -> Result<()>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-        K::DynamicType: Default,
-    {
+    async fn made<K: Namespaced>(client: &Client, namespace: &str, copy: Value) -> Result<()> {
         let object: K = serde_json::from_value(copy)?;
         let name = object.name_any();
         Api::<K>::namespaced(client.clone(), namespace)

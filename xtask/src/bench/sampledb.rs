@@ -96,15 +96,7 @@ async fn by_operator(admin: &Client, operator: &Operator) -> Result<(f64, Built)
 
 /// The operator's children of the SampleDB, copied for the floor.
 async fn built(admin: &Client) -> Result<Built> {
-    async fn each<K>(admin: &Client, objects: &mut Vec<Value>) -> Result<()>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-        K::DynamicType: Default,
-    {
+    async fn each<K: copy::Namespaced>(admin: &Client, objects: &mut Vec<Value>) -> Result<()> {
         let listed = Api::<K>::namespaced(admin.clone(), OPERATOR_NAMESPACE)
             .list(&selector())
             .await?;
