@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use app_operator::api::SampleDB;
+use app_operator::api::conditions::READY;
+use app_operator::reconcile::conditions::is_true;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
@@ -76,11 +78,9 @@ async fn by_operator(admin: &Client, operator: &Operator) -> Result<(f64, Built)
     wait_for(STEP_TIMEOUT, || async {
         let database = databases.get(NAME).await.ok()?;
         let status = database.status?;
-        let ready = status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        (ready && status.observed_generation == database.metadata.generation).then_some(())
+        (is_true(&status.conditions, READY)
+            && status.observed_generation == database.metadata.generation)
+            .then_some(())
     })
     .await
     .context("the operator's SampleDB did not become Ready")?;

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use app_operator::api::EtcdCluster;
+use app_operator::api::conditions::READY;
+use app_operator::reconcile::conditions::is_true;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -249,11 +251,7 @@ async fn by_operator(admin: &Client, operator: &Operator) -> Result<(Vec<f64>, B
 async fn ready_and_settled(clusters: &Api<EtcdCluster>, size: usize, version: &str) -> Option<()> {
     let cluster = clusters.get(CLUSTER).await.ok()?;
     let status = cluster.status?;
-    let ready = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    (ready
+    (is_true(&status.conditions, READY)
         && status.observed_generation == cluster.metadata.generation
         && usize::try_from(status.ready_members).ok() == Some(size)
         && status.current_version.as_deref() == Some(version))
@@ -328,14 +326,8 @@ async fn call_any(endpoints: &[String], path: &str, body: Value) -> Result<Value
 async fn by_hand(admin: &Client, built: &Built) -> Result<Vec<f64>> {
     ensure_namespace(admin, FLOOR_NAMESPACE).await?;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), FLOOR_NAMESPACE);
-    let services: Api<Service> = Api::namespaced(admin.clone(), FLOOR_NAMESPACE);
     for service in &built.services {
-        services
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(copied(service)?)?,
-            )
-            .await?;
+        copy::create(admin, FLOOR_NAMESPACE, copied(service)?).await?;
     }
     let mut seconds = Vec::new();
     let mut running: Vec<String> = Vec::new();
