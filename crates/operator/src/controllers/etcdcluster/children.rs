@@ -33,6 +33,8 @@ const SNAPSHOT_VOLUME: &str = "snapshot";
 /// A snapshot downloaded from a bucket, in the restoring member's emptyDir.
 const DOWNLOADED_SNAPSHOT: &str = "snapshot.db";
 const SNAPSHOT_MOUNT: &str = "/var/etcd-restore";
+/// How often the kubelet asks a member's `/health` (one small read confirmed by the leader).
+const READINESS_PERIOD_SECONDS: i32 = 1;
 /// Where the members' certificates are mounted (the coreos operator's paths).
 const PEER_TLS_VOLUME: &str = "member-peer-tls";
 const PEER_TLS_DIR: &str = "/etc/etcdtls/member/peer-tls";
@@ -306,13 +308,16 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
                     env: non_empty_vec(policy.etcd_env.clone()),
                     resources: policy.resources.clone(),
                     ports: Some(ports),
+                    // Every second: an upgrade or a restart moves on once the member is Ready
+                    // again, and a member restarted on a new image often fails its first probe
+                    // (not yet connected to its peers); a longer period is waited out in full.
                     readiness_probe: Some(Probe {
                         http_get: Some(HTTPGetAction {
                             path: Some("/health".into()),
                             port: health_port.clone(),
                             ..HTTPGetAction::default()
                         }),
-                        period_seconds: Some(5),
+                        period_seconds: Some(READINESS_PERIOD_SECONDS),
                         ..Probe::default()
                     }),
                     // A member that stops answering even a local read (a hung process) is killed;
@@ -509,6 +514,12 @@ mod tests {
         assert_eq!(spec.subdomain.as_deref(), Some("db"));
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         let container = &spec.containers[0];
+        let readiness = container.readiness_probe.as_ref();
+        assert_eq!(
+            readiness.and_then(|p| p.period_seconds),
+            Some(1),
+            "a restarted member is back in its Services within a second of answering"
+        );
         let liveness = container
             .liveness_probe
             .as_ref()
