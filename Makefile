@@ -57,7 +57,7 @@ bench: preflight ## Convergence and cost vs the plain-client floor, on its own c
 	@# The bench client is optimized too: built for debugging it took more CPU than the operator.
 	$(CARGO) run --release --quiet --locked -p xtask -- bench $(BENCH_ARGS)
 
-bench-stateful: preflight ## Stateful rounds on a real node (started if none runs): EtcdCluster (scale, upgrade, backup, restore) and SampleDB create, operator vs by hand (target/bench-stateful/)
+bench-stateful: preflight ## Stateful rounds on a real node (started if none runs): EtcdCluster (scale, upgrade, backup, restore) and SampleDB (create, backup and restore of 1 GiB, upgrade 15 -> 17), operator vs by hand (target/bench-stateful/)
 	$(CARGO) run --release --quiet --locked -p xtask -- bench-stateful $(BENCH_STATEFUL_ARGS)
 
 # A kubebuilder-style operator (hack/bench-operator, controller-runtime, built with Go) through

@@ -141,7 +141,8 @@ enum Task {
     },
     /// The stateful rounds on the local control plane with a real node (started if none runs,
     /// then stopped): an EtcdCluster created with 3 members, upgraded 3.5 -> 3.6, scaled
-    /// 3 -> 5 -> 3, backed up and restored; a SampleDB created; by the operator and by hand.
+    /// 3 -> 5 -> 3, backed up and restored; a SampleDB created, 1 GiB backed up and restored,
+    /// upgraded 15 -> 17; by the operator and by hand.
     BenchStateful {
         /// Operator/by-hand passes.
         #[arg(long, default_value_t = 3)]

@@ -91,7 +91,7 @@ pub fn stateful_markdown(report: &StatefulReport) -> String {
         text.push('\n');
     }
     if !report.sampledb.is_empty() {
-        text.push_str("SampleDB (PostgreSQL 15, 1 GiB data claim): created until it says Ready for its generation and answers `select 1` with its Secret's credentials. The floor: the operator's Secret, ConfigMaps, claims, Service and StatefulSet, copied and created by hand, and once PostgreSQL answers, its init Job's Pod run on its own to success.\n\n");
+        text.push_str("SampleDB (PostgreSQL 15): created until it says Ready for its generation and answers `select 1` with its Secret's credentials; then about 1 GiB of rows written on both sides (not timed), backed up on demand (the annotation, until the status names the backup's Job as succeeded), restored into a new SampleDB (`spec.restore`, until it is Ready and accepts connections) and upgraded to PostgreSQL 17 (`spec.version`, until it is Ready at 17 and accepts connections). Every restored and upgraded database is read back (the row count and a digest of every row). The floor: the operator's Secret, ConfigMaps, claims, Service and StatefulSet copied and created by hand, then once PostgreSQL answers its init (or restore) Job's Pod run on its own; its backup Job's Pod run on its own; for the upgrade, the StatefulSet scaled to 0, the upgrade Job's Pod run (a dump by 15, a restore by 17), then the StatefulSet given the operator's new template.\n\n");
         text.push_str(&steps_table(&report.sampledb));
         text.push('\n');
     }
