@@ -111,10 +111,10 @@ where
                     name: name.clone(),
                     source,
                 };
-                // Nothing can be created in a namespace being deleted, so a lookup and a forced
-                // apply would only be refused again (bench at N = 3000: 1.4 GETs per MyApp while
-                // its namespace was deleted).
-                if refused.is_namespace_terminating() {
+                // Nothing can be created in a namespace being deleted (or gone), so a lookup and a
+                // forced apply would only be refused again (bench at N = 3000: 1.4 GETs per MyApp
+                // while its namespace was deleted).
+                if refused.is_namespace_gone() {
                     return Err(refused);
                 }
                 // A field conflict or an invalid object: look at what is there, as below. Any
@@ -418,7 +418,7 @@ mod tests {
         let api: Api<Deployment> = Api::namespaced(client, "demo");
         let refused = apply_child(&api, &desired, None, "owner-uid", false).await;
         assert!(
-            refused.is_err_and(|error| error.is_namespace_terminating()),
+            refused.is_err_and(|error| error.is_namespace_gone()),
             "the refusal is returned as it came"
         );
         let methods = methods.lock().map(|m| m.clone()).unwrap_or_default();

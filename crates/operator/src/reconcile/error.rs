@@ -178,18 +178,23 @@ impl Error {
     }
 
     /// Whether the API server refused the request because the object's namespace is being
-    /// deleted (client-go's `HasStatusCause(err, NamespaceTerminatingCause)`). Nothing can be
-    /// created there any more, and the object itself is about to go, so retrying is pointless.
-    pub fn is_namespace_terminating(&self) -> bool {
+    /// deleted (client-go's `HasStatusCause(err, NamespaceTerminatingCause)`) or is already gone
+    /// (a stale cache's object: NamespaceLifecycle answers 404 for the namespace itself). Nothing
+    /// can be created there any more, and the object itself is about to go (or went), so retrying
+    /// and warning are pointless.
+    pub fn is_namespace_gone(&self) -> bool {
         let Some(status) = self.api_status() else {
             return false;
         };
-        status.details.as_ref().is_some_and(|details| {
-            details
-                .causes
-                .iter()
-                .any(|cause| cause.reason == NAMESPACE_TERMINATING_CAUSE)
-        })
+        let Some(details) = status.details.as_ref() else {
+            return false;
+        };
+        let terminating = details
+            .causes
+            .iter()
+            .any(|cause| cause.reason == NAMESPACE_TERMINATING_CAUSE);
+        let deleted = status.code == 404 && details.kind == "namespaces";
+        terminating || deleted
     }
 
     /// A bounded label for metrics (the variant name, never the message).
@@ -285,13 +290,32 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn only_the_namespace_terminating_cause_is_namespace_terminating() {
-        assert!(apply_refused("NamespaceTerminating").is_namespace_terminating());
-        assert!(!apply_refused("FieldValueForbidden").is_namespace_terminating());
+    fn a_terminating_or_deleted_namespace_is_gone_and_nothing_else_is() {
+        assert!(apply_refused("NamespaceTerminating").is_namespace_gone());
+        assert!(!apply_refused("FieldValueForbidden").is_namespace_gone());
+        // NamespaceLifecycle's answer for an object whose namespace no longer exists.
+        let missing = |kind: &str| {
+            let status: Status = serde_json::from_value(serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                "reason": "NotFound", "message": "namespaces \"demo\" not found",
+                "details": { "name": "demo", "kind": kind }
+            }))
+            .expect("a Status");
+            Error::Apply {
+                kind: "Deployment".into(),
+                name: "web".into(),
+                source: kube::Error::Api(status.boxed()),
+            }
+        };
+        assert!(missing("namespaces").is_namespace_gone());
+        assert!(
+            !missing("deployments").is_namespace_gone(),
+            "the child alone is missing"
+        );
         let conflict = Error::Conflict {
             kind: "Service".into(),
             name: "web".into(),
         };
-        assert!(!conflict.is_namespace_terminating());
+        assert!(!conflict.is_namespace_gone());
     }
 }

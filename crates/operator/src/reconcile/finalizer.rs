@@ -100,7 +100,7 @@ where
         Stage::Live => live().await,
         Stage::Gone => settled(Ok(false)),
         Stage::CleanUp => match cleanup().await {
-            (Err(error), _) if error.is_namespace_terminating() => {
+            (Err(error), _) if error.is_namespace_gone() => {
                 // Waiting would hold the namespace forever: nothing can be made there any more.
                 // Counted once: a second pass on a stale cache finds the object changed or gone.
                 let removed = set_finalizer(&api, object, finalizer, false).await;

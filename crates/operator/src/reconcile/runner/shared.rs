@@ -137,7 +137,7 @@ impl Shared {
         written: impl Fn(&dyn Fn(&mut WrittenStatus) -> bool) -> bool,
     ) -> Result<(), Error> {
         let current = object.status();
-        if outcome.as_ref().is_err_and(Error::is_namespace_terminating) {
+        if outcome.as_ref().is_err_and(Error::is_namespace_gone) {
             return outcome;
         }
         if let Some(conditions) = desired.conditions_mut() {

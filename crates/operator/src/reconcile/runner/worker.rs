@@ -146,7 +146,7 @@ pub(super) async fn reconcile<R: Reconciler>(
         );
         match &result {
             Ok(_) => context.memory.with(&object_key, |m| m.failures.reset()),
-            Err(error) if error.is_namespace_terminating() => {}
+            Err(error) if error.is_namespace_gone() => {}
             Err(error) => {
                 let note = error.to_string();
                 shared
@@ -175,8 +175,8 @@ pub(super) fn error_policy<R: Reconciler>(
 ) -> Action {
     let controller = context.shared.controller;
     let object_key = key(object.as_ref());
-    if error.is_namespace_terminating() {
-        tracing::debug!(controller, object = %object_key, %error, "namespace is terminating; not retrying");
+    if error.is_namespace_gone() {
+        tracing::debug!(controller, object = %object_key, %error, "namespace is being deleted or gone; not retrying");
         return Action::await_change();
     }
     if error.is_permanent() {
