@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 
 pub async fn install_crds(admin: &Client) -> Result<()> {
@@ -156,6 +156,22 @@ pub async fn delete_namespace(admin: &Client, name: &str) -> Result<()> {
     })
     .await
     .with_context(|| format!("namespace {name} was not deleted"))
+}
+
+/// Waits until nothing of `api` matches `selector`.
+pub async fn until_none<K>(api: &Api<K>, selector: &ListParams, timeout: Duration) -> Option<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(timeout, || async {
+        api.list(selector)
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await
 }
 
 pub async fn wait_for<T, F, Fut>(timeout: Duration, mut probe: F) -> Option<T>

@@ -18,7 +18,7 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use super::Options;
-use super::cluster::{delete_namespace, ensure_namespace, wait_for};
+use super::cluster::{delete_namespace, ensure_namespace, until_none, wait_for};
 use super::process::{Operator, RssParts};
 use super::watch::{ChildPairs, MyAppsConverging, Series, myapp_ready};
 
@@ -311,14 +311,11 @@ pub async fn churn_round(
         }
         apps.delete_collection(&DeleteParams::default(), &ListParams::default())
             .await?;
-        let gone = wait_for(convergence_timeout(options.churn_size), || async {
-            apps.list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .is_empty()
-                .then_some(())
-        })
+        let gone = until_none(
+            &apps,
+            &ListParams::default(),
+            convergence_timeout(options.churn_size),
+        )
         .await;
         if gone.is_none() {
             bail!("churn cycle {cycle}: the MyApps were not all deleted");

@@ -21,7 +21,7 @@ use testkit::history::Store;
 use super::{
     CLUSTER, FLOOR_NAMESPACE, OPERATOR_NAMESPACE, STEP_TIMEOUT, copied, endpoints, selector,
 };
-use crate::bench::cluster::wait_for;
+use crate::bench::cluster::{until_none, wait_for};
 use crate::bench::copy;
 
 /// How much the cluster holds when it is backed up.
@@ -87,16 +87,9 @@ where
     Fut: std::future::Future<Output = Result<()>>,
 {
     delete().await?;
-    wait_for(STEP_TIMEOUT, || async {
-        pods.list(&selector())
-            .await
-            .ok()?
-            .items
-            .is_empty()
-            .then_some(())
-    })
-    .await
-    .context("the members' Pods were not deleted")
+    until_none(pods, &selector(), STEP_TIMEOUT)
+        .await
+        .context("the members' Pods were not deleted")
 }
 
 /// The data written, then EtcdBackup [`BACKUP`] of the cluster until it says it succeeded: its

@@ -24,31 +24,41 @@ pub async fn fill(store: &PostgresStore) -> Result<()> {
 
 /// The number of rows and the MD5 of every row's MD5, in order: equal only if every row is.
 pub async fn digest(store: &PostgresStore) -> Result<String> {
-    let digest = store
-        .psql("select count(*) || ' ' || md5(string_agg(md5(payload), '' order by id)) from bench")
-        .await
-        .map_err(|e| anyhow::anyhow!("reading the rows back: {e}"))?;
-    Ok(digest.trim().to_owned())
+    let sql = "select count(*) || ' ' || md5(string_agg(md5(payload), '' order by id)) from bench";
+    answer(store, sql, "reading the rows back").await
 }
 
 /// The database's size on disk, in MiB (reported beside the steps).
 pub async fn size_mib(store: &PostgresStore) -> Result<f64> {
-    let bytes = store
-        .psql("select pg_database_size(current_database())")
-        .await
-        .map_err(|e| anyhow::anyhow!("asking the database's size: {e}"))?;
-    let bytes: f64 = bytes.trim().parse().context("pg_database_size")?;
+    let sql = "select pg_database_size(current_database())";
+    let bytes: f64 = answer(store, sql, "asking the database's size").await?;
     Ok(bytes / (1024.0 * 1024.0))
 }
 
 /// The server's major version.
 pub async fn major_version(store: &PostgresStore) -> Result<String> {
-    let number = store
-        .psql("show server_version_num")
-        .await
-        .map_err(|e| anyhow::anyhow!("asking the server's version: {e}"))?;
-    let number: u32 = number.trim().parse().context("server_version_num")?;
+    let number: u32 = answer(
+        store,
+        "show server_version_num",
+        "asking the server's version",
+    )
+    .await?;
     Ok((number / 10000).to_string())
+}
+
+/// The one value `sql` answers, parsed; `what` names the question in an error.
+async fn answer<T>(store: &PostgresStore, sql: &str, what: &str) -> Result<T>
+where
+    T: std::str::FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    let text = store
+        .psql(sql)
+        .await
+        .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("{what}: {:?}", text.trim()))
 }
 
 /// `store` holds exactly the rows of `expected` (a [`digest`]), read back after `what`.

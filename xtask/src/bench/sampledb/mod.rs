@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use testkit::sql_store::PostgresStore;
 
 use super::TimedStep;
-use super::cluster::{delete_namespace, ensure_namespace, wait_for};
+use super::cluster::{delete_namespace, ensure_namespace, until_none, wait_for};
 use super::copy;
 use super::process::Operator;
 
@@ -328,16 +328,9 @@ async fn upgrade_by_hand(admin: &Client, upgrade: &Upgrade) -> Result<PostgresSt
     sets.patch(NAME, &PatchParams::default(), &Patch::Merge(&replicas(0)))
         .await?;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), FLOOR_NAMESPACE);
-    wait_for(STEP_TIMEOUT, || async {
-        pods.list(&server(NAME))
-            .await
-            .ok()?
-            .items
-            .is_empty()
-            .then_some(())
-    })
-    .await
-    .context("the floor's database Pod was not deleted")?;
+    until_none(&pods, &server(NAME), STEP_TIMEOUT)
+        .await
+        .context("the floor's database Pod was not deleted")?;
     run_to_success(admin, &upgrade.job_pod).await?;
     let mut upgraded = replicas(1);
     upgraded["spec"]["template"] = upgrade.template.clone();
