@@ -240,11 +240,9 @@ async fn by_hand(admin: &Client, built: &Built, name: &str) -> Result<PostgresSt
     for object in &built.objects {
         copy::create(admin, FLOOR_NAMESPACE, object.clone()).await?;
     }
-    until_accepting(admin, FLOOR_NAMESPACE, name).await?;
+    let store = until_accepting(admin, FLOOR_NAMESPACE, name).await?;
     run_to_success(admin, &built.first_job_pod).await?;
-    // The connection once the first Job is done: a restore may have replaced the credentials'
-    // database.
-    until_accepting(admin, FLOOR_NAMESPACE, name).await
+    Ok(store)
 }
 
 /// Creates `pod` (a copy) in the floor's namespace and waits until it succeeded: its time.
@@ -311,12 +309,9 @@ async fn upgrade_by_operator(
     let job = jobs.get(&upgrade_job_name(NAME, UPGRADED_VERSION)).await?;
     let job_pod = copy::copied(&copy::job_pod(&job), OPERATOR_NAMESPACE, FLOOR_NAMESPACE)?;
     let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), OPERATOR_NAMESPACE);
-    let set = serde_json::to_value(sets.list(&selector(NAME)).await?.items)?;
-    let set = copy::copied(&set[0], OPERATOR_NAMESPACE, FLOOR_NAMESPACE)?;
+    let set = serde_json::to_value(sets.get(NAME).await?)?;
+    let set = copy::copied(&set, OPERATOR_NAMESPACE, FLOOR_NAMESPACE)?;
     let template = set["spec"]["template"].clone();
-    if template.is_null() {
-        bail!("SampleDB {NAME} has no StatefulSet after its upgrade");
-    }
     Ok((taken, Upgrade { job_pod, template }))
 }
 
