@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use app_operator::api::conditions::READY;
 use app_operator::api::{BACKUP_REQUESTED_AT, SampleDB};
-use app_operator::controllers::sampledb::children::upgrade_job_name;
+use app_operator::controllers::sampledb::children::{
+    DATABASE, dump_file, generated_secret, upgrade_job_name,
+};
 use app_operator::reconcile::conditions::is_true;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -110,10 +112,10 @@ pub async fn sampledb_pass(admin: &Client, operator: &Operator) -> Result<Vec<Ti
     let restored = until_serving(admin, RESTORED, VERSION).await?;
     let by_operator = started.elapsed();
     data::holds(&restored, &rows, "the operator's restore").await?;
-    let restored = built(admin, RESTORED).await?;
+    let restored_objects = built(admin, RESTORED).await?;
     operator.until_idle(STEP_TIMEOUT).await?;
     let started = Instant::now();
-    let floor_restored = by_hand(admin, &restored, RESTORED).await?;
+    let floor_restored = by_hand(admin, &restored_objects, RESTORED).await?;
     seconds.push((by_operator, started.elapsed()));
     data::holds(&floor_restored, &rows, "the restore by hand").await?;
 
@@ -280,7 +282,7 @@ async fn backup_by_operator(admin: &Client) -> Result<(Duration, String, Value)>
     let jobs: Api<Job> = Api::namespaced(admin.clone(), OPERATOR_NAMESPACE);
     let job = jobs.get(&job).await?;
     let pod = copy::copied(&copy::job_pod(&job), OPERATOR_NAMESPACE, FLOOR_NAMESPACE)?;
-    let dump = format!("{}.dump", job.metadata.name.unwrap_or_default());
+    let dump = dump_file(&job.metadata.name.unwrap_or_default());
     Ok((taken, dump, pod))
 }
 
@@ -356,13 +358,9 @@ async fn accepting(admin: &Client, namespace: &str, name: &str) -> Option<Postgr
         .find(testkit::running_and_ready)?;
     let address = server.status?.pod_ip?;
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), namespace);
-    let data = secrets
-        .get(&format!("{name}-credentials"))
-        .await
-        .ok()?
-        .data?;
+    let data = secrets.get(&generated_secret(name)).await.ok()?.data?;
     let text = |key: &str| String::from_utf8(data.get(key)?.0.clone()).ok();
-    let store = PostgresStore::new(&address, &text("username")?, &text("password")?, "app");
+    let store = PostgresStore::new(&address, &text("username")?, &text("password")?, DATABASE);
     (store.psql("select 1").await.ok()?.trim() == "1").then_some(store)
 }
 
