@@ -218,13 +218,20 @@ pub(crate) mod tests {
     use super::Error;
 
     fn refused(code: u16, message: &str) -> Error {
-        let status: Status = serde_json::from_value(serde_json::json!({
-            "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-            "message": message,
-        }))
-        .expect("a Status");
+        apply_answered(
+            "Service",
+            serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                "message": message,
+            }),
+        )
+    }
+
+    /// An apply of `kind` `web` the API server answered with the Status `body`.
+    fn apply_answered(kind: &str, body: serde_json::Value) -> Error {
+        let status: Status = serde_json::from_value(body).expect("a Status");
         Error::Apply {
-            kind: "Service".into(),
+            kind: kind.into(),
             name: "web".into(),
             source: kube::Error::Api(status.boxed()),
         }
@@ -281,12 +288,7 @@ pub(crate) mod tests {
 
     /// An apply refused with [`namespace_refusal`].
     fn apply_refused(cause: &str) -> Error {
-        let status: Status = serde_json::from_value(namespace_refusal(cause)).expect("a Status");
-        Error::Apply {
-            kind: "Deployment".into(),
-            name: "web".into(),
-            source: kube::Error::Api(status.boxed()),
-        }
+        apply_answered("Deployment", namespace_refusal(cause))
     }
 
     #[test]
@@ -295,17 +297,14 @@ pub(crate) mod tests {
         assert!(!apply_refused("FieldValueForbidden").is_namespace_gone());
         // NamespaceLifecycle's answer for an object whose namespace no longer exists.
         let missing = |kind: &str| {
-            let status: Status = serde_json::from_value(serde_json::json!({
-                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
-                "reason": "NotFound", "message": "namespaces \"demo\" not found",
-                "details": { "name": "demo", "kind": kind }
-            }))
-            .expect("a Status");
-            Error::Apply {
-                kind: "Deployment".into(),
-                name: "web".into(),
-                source: kube::Error::Api(status.boxed()),
-            }
+            apply_answered(
+                "Deployment",
+                serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                    "reason": "NotFound", "message": "namespaces \"demo\" not found",
+                    "details": { "name": "demo", "kind": kind }
+                }),
+            )
         };
         assert!(missing("namespaces").is_namespace_gone());
         assert!(
