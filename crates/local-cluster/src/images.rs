@@ -61,11 +61,18 @@ enum DebianKind {
     /// As `nginxinc/nginx-unprivileged` is: UID 101, port 8080, its pid file and temporary files
     /// in `/tmp`; runs in a Pod that meets the `restricted` Pod Security Standard.
     NginxUnprivileged,
+    /// The official image's layout (`docker-entrypoint.sh`, uid 999, PGDATA), named
+    /// `<repository>:<major>` and `:<version>`.
     Postgres {
         major: u32,
+        repository: &'static str,
     },
     Toolbox,
 }
+
+const OFFICIAL_POSTGRES: &str = "docker.io/library/postgres";
+/// Where CloudNativePG's PostgreSQL images are named (`imageName` of its Clusters).
+pub const CLOUDNATIVE_PG_POSTGRES: &str = "ghcr.io/cloudnative-pg/postgresql";
 
 const DEBIAN: &[Debian] = &[
     Debian {
@@ -84,13 +91,30 @@ const DEBIAN: &[Debian] = &[
         key: "postgres-15",
         suite: "bookworm",
         packages: &["postgresql-15"],
-        kind: DebianKind::Postgres { major: 15 },
+        kind: DebianKind::Postgres {
+            major: 15,
+            repository: OFFICIAL_POSTGRES,
+        },
+    },
+    // CloudNativePG's operand image, for the bench beside SampleDB: the same PostgreSQL with
+    // barman-cloud (its backups and WAL archive to object storage), as its own images carry.
+    Debian {
+        key: "cloudnative-pg-postgres-15",
+        suite: "bookworm",
+        packages: &["postgresql-15", "barman-cli-cloud", "python3-boto3"],
+        kind: DebianKind::Postgres {
+            major: 15,
+            repository: CLOUDNATIVE_PG_POSTGRES,
+        },
     },
     Debian {
         key: "postgres-17",
         suite: "trixie",
         packages: &["postgresql-17"],
-        kind: DebianKind::Postgres { major: 17 },
+        kind: DebianKind::Postgres {
+            major: 17,
+            repository: OFFICIAL_POSTGRES,
+        },
     },
     Debian {
         key: "toolbox",
@@ -623,7 +647,7 @@ fn debian(build: &Build, image: &Debian) -> Result<Image, Error> {
                 .to_vec();
             (config, names)
         }
-        DebianKind::Postgres { major } => {
+        DebianKind::Postgres { major, repository } => {
             let package = format!("postgresql-{major}");
             let version = upstream_version(&status, &package)?;
             if version.split('.').next() != Some(&major.to_string()) {
@@ -652,7 +676,7 @@ fn debian(build: &Build, image: &Debian) -> Result<Image, Error> {
                 ..ImageConfig::default()
             };
             let names = [major.to_string(), version]
-                .map(|tag| format!("docker.io/library/postgres:{tag}"))
+                .map(|tag| format!("{repository}:{tag}"))
                 .to_vec();
             (config, names)
         }

@@ -370,6 +370,14 @@ impl Layer {
         self.file(path, source, mode)
     }
 
+    /// A symbolic link `path` → `target` (as `ln -s target path` would make it).
+    pub fn symlink(&mut self, path: &str, target: &str) -> Result<(), Error> {
+        let mut header = Self::header(tar::EntryType::Symlink, 0o777, (0, 0), 0);
+        self.builder
+            .append_link(&mut header, path, target)
+            .map_err(Error::io("writing", &self.path))
+    }
+
     pub fn finish(self) -> Result<(), Error> {
         let path = self.path;
         self.builder
@@ -523,6 +531,42 @@ mod tests {
                 ("usr/local/bin/".to_owned(), 0o755, 0),
                 ("usr/local/bin/hello".to_owned(), 0o755, 0)
             ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn writes_a_symlink_as_ln_s_would() {
+        let dir = std::env::temp_dir().join(format!("oci-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("layer.tar");
+        let mut layer = Layer::create(&path).unwrap();
+        layer.symlink("manager", "operator/manager_amd64").unwrap();
+        layer.finish().unwrap();
+        let mut tar = tar::Archive::new(File::open(&path).unwrap());
+        let links: Vec<_> = tar
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.header().entry_type(),
+                    e.path().unwrap().to_string_lossy().into_owned(),
+                    e.link_name()
+                        .unwrap()
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            links,
+            [(
+                tar::EntryType::Symlink,
+                "manager".to_owned(),
+                "operator/manager_amd64".to_owned()
+            )]
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
