@@ -63,9 +63,10 @@ bench-stateful: preflight ## Stateful rounds on a real node (started if none run
 # A kubebuilder-style operator (hack/bench-operator, controller-runtime, built with Go) through
 # the same rounds after ours; any other: see docs/benchmarks.md#your-operator.
 BENCH_COMPARE = controller-runtime=target/bench-operator/bench-operator --metrics-bind-address={metrics} --health-probe-bind-address={health} --max-concurrent-reconciles=10 --zap-devel=false
-bench-compare: preflight ## make bench, then the same MyApp rounds for a controller-runtime operator
+bench-compare: preflight ## make bench with a controller-runtime operator through the same MyApp rounds, then SampleDB beside CloudNativePG on a real node
 	cd hack/bench-operator && go build -mod=readonly -o ../../target/bench-operator/bench-operator .
 	$(CARGO) run --release --quiet --locked -p xtask -- bench --compare "$(BENCH_COMPARE)" --compare-rbac hack/bench-operator/role.yaml $(BENCH_ARGS)
+	$(CARGO) run --release --quiet --locked -p xtask -- bench-stateful --rounds sampledb --cloudnative-pg --output target/bench-compare-postgres $(BENCH_STATEFUL_ARGS)
 
 test-real-node: preflight ## Only the real-node suites (the node's own life, then the samples with the operator deployed)
 	$(CARGO) xtask test-real-node

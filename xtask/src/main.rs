@@ -155,6 +155,10 @@ enum Task {
             default_value = "etcd,sampledb"
         )]
         rounds: Vec<bench::StatefulRound>,
+        /// Runs CloudNativePG (built from hack/cloudnative-pg, installed from its release
+        /// manifest) beside the SampleDB round: a Cluster created, 1 GiB backed up and restored.
+        #[arg(long)]
+        cloudnative_pg: bool,
         #[arg(long, default_value = "target/bench-stateful")]
         output: PathBuf,
     },
@@ -310,9 +314,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Task::BenchStateful {
             repeat,
             rounds,
+            cloudnative_pg,
             output,
         } => {
-            runtime.block_on(bench_stateful(repeat, &rounds, repo().join(output)))?;
+            if cloudnative_pg && !rounds.contains(&bench::StatefulRound::Sampledb) {
+                bail!("--cloudnative-pg runs beside the SampleDB round: add it to --rounds");
+            }
+            runtime.block_on(bench_stateful(
+                repeat,
+                &rounds,
+                cloudnative_pg,
+                repo().join(output),
+            ))?;
         }
         Task::Test { cargo_args } => return runtime.block_on(test(&cargo_args)),
         Task::TestOldestKubernetes => {
@@ -364,6 +377,7 @@ async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
 async fn bench_stateful(
     repeat: usize,
     rounds: &[bench::StatefulRound],
+    cloudnative_pg: bool,
     output: PathBuf,
 ) -> Result<()> {
     let tools = Tools::ensure(&tool_sources())?;
@@ -381,16 +395,26 @@ async fn bench_stateful(
     let layout = Layout::default();
     let started = operator::real_node_cluster(&layout, &tools).await?;
     std::fs::create_dir_all(&output)?;
-    let result = bench::stateful(
-        &launch,
-        &layout.kubeconfig(),
-        &bench::StatefulOptions {
-            repeat,
-            rounds,
-            output: &output,
-        },
-        &tools,
-    )
+    let result = async {
+        let cloudnative_pg = cloudnative_pg
+            .then(|| {
+                let node = local_cluster::node::NodeLayout::of(&layout);
+                bench::cloudnativepg::build(&tools, &node, &output)
+            })
+            .transpose()?;
+        bench::stateful(
+            &launch,
+            &layout.kubeconfig(),
+            &bench::StatefulOptions {
+                repeat,
+                rounds,
+                output: &output,
+                cloudnative_pg: cloudnative_pg.as_ref(),
+            },
+            &tools,
+        )
+        .await
+    }
     .await;
     if started {
         Cluster::down(&layout)?;

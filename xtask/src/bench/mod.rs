@@ -6,6 +6,7 @@
 //! rounds (`--compare`).
 
 mod appcluster;
+pub mod cloudnativepg;
 mod cluster;
 mod copy;
 mod etcd;
@@ -193,9 +194,27 @@ pub struct StatefulReport {
     /// Each pass's steps.
     pub etcd: Vec<Vec<TimedStep>>,
     pub sampledb: Vec<Vec<TimedStep>>,
+    /// SampleDB's first steps beside CloudNativePG's, pass by pass (`--cloudnative-pg`).
+    pub cloudnativepg: Vec<Vec<Beside>>,
+    /// What each operator's process held when the passes ended, and CloudNativePG's peak and CPU.
+    pub cloudnativepg_usage: Option<BesideUsage>,
     pub peak_rss_mib: f64,
     pub cpu_seconds: f64,
     pub requests_by_method: BTreeMap<String, u64>,
+}
+
+/// A step by app-operator (SampleDB) and by CloudNativePG.
+#[derive(Serialize)]
+pub struct Beside {
+    pub name: String,
+    pub app_operator_seconds: f64,
+    pub cloudnativepg_seconds: f64,
+}
+
+#[derive(Serialize)]
+pub struct BesideUsage {
+    pub app_operator_rss_mib: f64,
+    pub cloudnativepg: cloudnativepg::Usage,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -209,6 +228,8 @@ pub struct StatefulOptions<'a> {
     pub repeat: usize,
     pub rounds: &'a [StatefulRound],
     pub output: &'a std::path::Path,
+    /// CloudNativePG, built and on the node, for the SampleDB round to run beside it.
+    pub cloudnative_pg: Option<&'a cloudnativepg::Built>,
 }
 
 /// The stateful rounds by `launch` (ours), with the operator's identity, on the cluster of
@@ -232,7 +253,14 @@ pub async fn stateful(
     let mut operator = Operator::start(launch, &identity, options.output).await?;
     eprintln!("bench: warm-up, a 1-member EtcdCluster");
     let warm_up_seconds = warm_up(&admin, &operator).await?;
-    let (mut etcd, mut sampledb) = (Vec::new(), Vec::new());
+    let cloudnative_pg = match options.cloudnative_pg {
+        Some(built) => {
+            eprintln!("bench: installing CloudNativePG");
+            Some(cloudnativepg::install(&admin, kubeconfig, built).await?)
+        }
+        None => None,
+    };
+    let (mut etcd, mut sampledb, mut beside) = (Vec::new(), Vec::new(), Vec::new());
     for pass in 1..=options.repeat {
         if options.rounds.contains(&StatefulRound::Etcd) {
             eprintln!(
@@ -244,9 +272,34 @@ pub async fn stateful(
             eprintln!(
                 "bench: SampleDB created, 1 GiB backed up and restored, upgraded 15 -> 17 (operator, then by hand), pass {pass}"
             );
-            sampledb.push(sampledb_pass(&admin, &operator).await?);
+            let steps = sampledb_pass(&admin, &operator).await?;
+            if let (Some(built), Some(_)) = (options.cloudnative_pg, &cloudnative_pg) {
+                eprintln!(
+                    "bench: CloudNativePG: a Cluster created, 1 GiB backed up and restored, pass {pass}"
+                );
+                let theirs = cloudnativepg::pass(&admin, built).await?;
+                beside.push(
+                    steps
+                        .iter()
+                        .zip(theirs)
+                        .map(|(step, theirs)| Beside {
+                            name: step.name.clone(),
+                            app_operator_seconds: step.operator_seconds,
+                            cloudnativepg_seconds: theirs.as_secs_f64(),
+                        })
+                        .collect(),
+                );
+            }
+            sampledb.push(steps);
         }
     }
+    let cloudnativepg_usage = match cloudnative_pg {
+        Some(installed) => Some(BesideUsage {
+            app_operator_rss_mib: operator.rss_mib(),
+            cloudnativepg: installed.usage()?,
+        }),
+        None => None,
+    };
     let (cpu_seconds, requests_by_method) = operator.totals();
     Ok(StatefulReport {
         machine: machine(),
@@ -255,6 +308,8 @@ pub async fn stateful(
         warm_up_seconds,
         etcd,
         sampledb,
+        cloudnativepg: beside,
+        cloudnativepg_usage,
         peak_rss_mib: operator.overall_peak(),
         cpu_seconds,
         requests_by_method,

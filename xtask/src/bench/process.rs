@@ -86,7 +86,7 @@ impl Operator {
             child,
             metrics,
             health,
-            sampler: sample_peak(peak.clone(), metrics),
+            sampler: sample_peak(peak.clone(), local(metrics)),
             peak,
             taken_peak: 0.0,
             before_restarts: (0.0, BTreeMap::new()),
@@ -118,7 +118,7 @@ impl Operator {
         let (child, metrics, health) = spawn(&self.launch, &self.kubeconfig, &self.log)?;
         (self.child, self.metrics, self.health) = (child, metrics, health);
         self.take_peak();
-        self.sampler = sample_peak(self.peak.clone(), metrics);
+        self.sampler = sample_peak(self.peak.clone(), local(metrics));
         self.wait_ready().await?;
         Ok(started.elapsed().as_secs_f64())
     }
@@ -150,7 +150,7 @@ impl Operator {
                 ) {
                     (self.health, self.metrics) = (health, metrics);
                     self.sampler.abort();
-                    self.sampler = sample_peak(self.peak.clone(), metrics);
+                    self.sampler = sample_peak(self.peak.clone(), local(metrics));
                 }
             }
             if self.health != 0
@@ -328,10 +328,17 @@ fn free_port() -> Result<u16> {
         .with_context(|| format!("no free port in {below:?}"))
 }
 
-fn sample_peak(peak: Arc<Mutex<f64>>, port: u16) -> tokio::task::JoinHandle<()> {
+/// The address of an operator's metrics endpoint on this machine.
+fn local(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// Samples the RSS the metrics endpoint at `address` reports into `peak`, every 250 ms.
+pub fn sample_peak(peak: Arc<Mutex<f64>>, address: String) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            let rss = tokio::task::spawn_blocking(move || Scrape::of(port).rss_mib())
+            let at = address.clone();
+            let rss = tokio::task::spawn_blocking(move || Scrape::at(&at).rss_mib())
                 .await
                 .unwrap_or(0.0);
             {
@@ -349,10 +356,20 @@ pub struct Scrape(String);
 
 impl Scrape {
     fn of(port: u16) -> Scrape {
-        let text = (port != 0)
-            .then(|| crate::http_get(&format!("127.0.0.1:{port}"), "/metrics"))
-            .flatten();
-        Scrape(text.unwrap_or_default())
+        if port == 0 {
+            return Scrape(String::new());
+        }
+        Scrape::at(&local(port))
+    }
+
+    /// The metrics endpoint at `address` (`host:port`).
+    pub fn at(address: &str) -> Scrape {
+        Scrape(crate::http_get(address, "/metrics").unwrap_or_default())
+    }
+
+    /// Whether the endpoint answered nothing.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The samples whose series (name and labels) starts with `prefix`.
@@ -378,7 +395,7 @@ impl Scrape {
             .any(|value| value > 0.0)
     }
 
-    fn cpu_seconds(&self) -> f64 {
+    pub fn cpu_seconds(&self) -> f64 {
         self.values("process_cpu_seconds_total").sum()
     }
 

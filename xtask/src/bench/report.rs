@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::myapp::Pass;
-use super::{OperatorRun, Report, StatefulReport, TimedStep};
+use super::{Beside, OperatorRun, Report, StatefulReport, TimedStep};
 
 fn seconds(value: Option<f64>) -> String {
     value.map_or_else(|| "did not converge".to_owned(), |s| format!("{s:.2} s"))
@@ -95,6 +95,19 @@ pub fn stateful_markdown(report: &StatefulReport) -> String {
         text.push_str(&steps_table(&report.sampledb));
         text.push('\n');
     }
+    if !report.cloudnativepg.is_empty() {
+        text.push_str("Beside CloudNativePG (its release manifest, its manager built from the pinned module, PostgreSQL 15 from the same Debian packages with barman-cloud; each pass after SampleDB's): a single-instance Cluster created until its `Ready` condition and a `select 1` as its superuser; the same rows written (not timed, nor the archiving of their WAL), then an on-demand `Backup` (barman-cloud to the node's object store, uncompressed: its default) until `completed`; a new Cluster bootstrapped from it (`bootstrap.recovery`) until Ready and accepting, every row read back. app-operator's column is the SampleDB round's operator time for the same step (its backup: `pg_dump` to a claim).\n\n");
+        text.push_str(&beside_table(&report.cloudnativepg));
+        if let Some(usage) = &report.cloudnativepg_usage {
+            let theirs = &usage.cloudnativepg;
+            let _ = writeln!(
+                text,
+                "\nWhen the passes ended: app-operator's RSS {:.1} MiB, CloudNativePG's {:.1} MiB (its peak {:.1} MiB, its CPU {:.2} s since it started; its own metrics).",
+                usage.app_operator_rss_mib, theirs.rss_mib, theirs.peak_rss_mib, theirs.cpu_seconds
+            );
+        }
+        text.push('\n');
+    }
     text.push_str(&totals(
         report.peak_rss_mib,
         report.cpu_seconds,
@@ -118,6 +131,25 @@ fn steps_table(passes: &[Vec<TimedStep>]) -> String {
                 step.operator_seconds,
                 step.floor_seconds,
                 step.ratio()
+            );
+        }
+    }
+    text
+}
+
+/// Each pass's steps, app-operator beside CloudNativePG.
+fn beside_table(passes: &[Vec<Beside>]) -> String {
+    let mut text = "| pass | step | app-operator | CloudNativePG | app-operator / CloudNativePG |\n|---:|---|---:|---:|---:|\n".to_owned();
+    for (index, pass) in passes.iter().enumerate() {
+        for step in pass {
+            let _ = writeln!(
+                text,
+                "| {} | {} | {:.2} s | {:.2} s | {:.2} |",
+                index + 1,
+                step.name,
+                step.app_operator_seconds,
+                step.cloudnativepg_seconds,
+                step.app_operator_seconds / step.cloudnativepg_seconds
             );
         }
     }

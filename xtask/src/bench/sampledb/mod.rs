@@ -37,7 +37,7 @@ use super::cluster::{delete_namespace, ensure_namespace, until_none, wait_for};
 use super::copy;
 use super::process::Operator;
 
-mod data;
+pub(super) mod data;
 
 const NAME: &str = "bench-db";
 /// The SampleDB restored from [`NAME`]'s backup.
