@@ -159,6 +159,10 @@ enum Task {
         /// manifest) beside the SampleDB round: a Cluster created, 1 GiB backed up and restored.
         #[arg(long)]
         cloudnative_pg: bool,
+        /// With --cloudnative-pg, after the passes: this many SampleDBs Ready, app-operator's
+        /// memory and CPU over a quiet minute; then as many CloudNativePG Clusters (0: skipped).
+        #[arg(long, default_value_t = 100)]
+        at_rest: usize,
         #[arg(long, default_value = "target/bench-stateful")]
         output: PathBuf,
     },
@@ -315,6 +319,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             repeat,
             rounds,
             cloudnative_pg,
+            at_rest,
             output,
         } => {
             if cloudnative_pg && !rounds.contains(&bench::StatefulRound::Sampledb) {
@@ -323,7 +328,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             runtime.block_on(bench_stateful(
                 repeat,
                 &rounds,
-                cloudnative_pg,
+                cloudnative_pg.then_some(at_rest),
                 repo().join(output),
             ))?;
         }
@@ -377,7 +382,8 @@ async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
 async fn bench_stateful(
     repeat: usize,
     rounds: &[bench::StatefulRound],
-    cloudnative_pg: bool,
+    // CloudNativePG beside SampleDB, and how many databases each then holds at rest.
+    cloudnative_pg_at_rest: Option<usize>,
     output: PathBuf,
 ) -> Result<()> {
     let tools = Tools::ensure(&tool_sources())?;
@@ -396,8 +402,8 @@ async fn bench_stateful(
     let started = operator::real_node_cluster(&layout, &tools).await?;
     std::fs::create_dir_all(&output)?;
     let result = async {
-        let cloudnative_pg = cloudnative_pg
-            .then(|| {
+        let built = cloudnative_pg_at_rest
+            .map(|_| {
                 let node = local_cluster::node::NodeLayout::of(&layout);
                 bench::cloudnativepg::build(&tools, &node, &output)
             })
@@ -409,7 +415,8 @@ async fn bench_stateful(
                 repeat,
                 rounds,
                 output: &output,
-                cloudnative_pg: cloudnative_pg.as_ref(),
+                cloudnative_pg: built.as_ref(),
+                at_rest: cloudnative_pg_at_rest.unwrap_or(0),
             },
             &tools,
         )

@@ -540,7 +540,7 @@ fn prometheus_ldflags(module_version: &str) -> String {
 }
 
 /// Where the Go module `path` that the tools module `module` pins is in the module cache.
-pub(crate) fn module_dir(module: &Path, path: &str) -> Result<PathBuf, Error> {
+pub fn module_dir(module: &Path, path: &str) -> Result<PathBuf, Error> {
     let mut dir = go(module, &["list", "-m", "-f", "{{.Dir}}", path])?;
     if dir.trim().is_empty() {
         // `go list -m` names only modules in the module cache; the tools build put it there,
@@ -554,8 +554,9 @@ pub(crate) fn module_dir(module: &Path, path: &str) -> Result<PathBuf, Error> {
 /// The Go command, found on PATH.
 const GO: &str = "go";
 
-/// Runs `go` in `dir` with the machine's own toolchain (never a downloaded one).
-fn go(dir: &Path, args: &[&str]) -> Result<String, Error> {
+/// Runs `go` in `dir` with the machine's own toolchain (never a downloaded one), static
+/// (`CGO_ENABLED=0`), and the module's `go.sum` as it is (`-mod=readonly`); its output.
+pub fn go(dir: &Path, args: &[&str]) -> Result<String, Error> {
     run_go(GO, dir, args)
 }
 

@@ -22,6 +22,7 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use local_cluster::ObjectStore;
 use local_cluster::images::CLOUDNATIVE_PG_POSTGRES;
+use local_cluster::tools::{go, module_dir};
 use serde_json::{Value, json};
 use testkit::sql_store::PostgresStore;
 
@@ -63,15 +64,8 @@ pub fn build(
     output: &Path,
 ) -> Result<Built> {
     let module = crate::repo().join(MODULE);
-    let listed = go(
-        &module,
-        &["list", "-m", "-f", "{{.Dir}} {{.Version}}", MODULE_PATH],
-    )?;
-    let (source, version) = listed
-        .trim()
-        .split_once(' ')
-        .with_context(|| format!("`go list -m {MODULE_PATH}` answered {listed:?}"))?;
-    let version = version.trim_start_matches('v');
+    let version = go(&module, &["list", "-m", "-f", "{{.Version}}", MODULE_PATH])?;
+    let version = version.trim().trim_start_matches('v');
     let binary = output.join("cloudnative-pg/manager");
     let started = Instant::now();
     go(
@@ -94,7 +88,8 @@ pub fn build(
     write_image(&binary, &archive, &operator_image(version))?;
     crate::deliver::load(&archive)?;
     Ok(Built {
-        manifest: PathBuf::from(source).join(format!("releases/cnpg-{version}.yaml")),
+        // The module's own copy of the release manifest (the build put the module in the cache).
+        manifest: module_dir(&module, MODULE_PATH)?.join(format!("releases/cnpg-{version}.yaml")),
         kubectl: tools.bin("kubectl"),
         store: node.object_store()?,
     })
@@ -128,25 +123,6 @@ fn write_image(binary: &Path, archive: &Path, name: &str) -> Result<()> {
     )?;
     std::fs::remove_file(&layer_path)?;
     Ok(())
-}
-
-fn go(dir: &Path, args: &[&str]) -> Result<String> {
-    let output = Command::new("go")
-        .args(args)
-        .current_dir(dir)
-        .env("GOTOOLCHAIN", "local")
-        .env("GOFLAGS", "-mod=readonly")
-        .env("CGO_ENABLED", "0")
-        .output()
-        .context("running go")?;
-    if !output.status.success() {
-        bail!(
-            "go {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// CloudNativePG's operator, installed and serving its webhooks.
@@ -239,7 +215,7 @@ pub async fn pass(admin: &Client, built: &Built) -> Result<[Duration; 3]> {
     secrets
         .create(&PostParams::default(), &credentials(store)?)
         .await?;
-    let clusters = api(admin, "Cluster");
+    let clusters = api(admin, NAMESPACE, "Cluster");
     // Each pass archives under a path of its own: barman refuses a non-empty WAL archive.
     let path = format!(
         "s3://{}/cloudnative-pg/{}/",
@@ -250,7 +226,10 @@ pub async fn pass(admin: &Client, built: &Built) -> Result<[Duration; 3]> {
 
     let started = Instant::now();
     clusters
-        .create(&PostParams::default(), &cluster(NAME, &object_store, None)?)
+        .create(
+            &PostParams::default(),
+            &cluster(NAME, Some(&object_store), None)?,
+        )
         .await?;
     let source = until_serving(admin, &clusters, NAME).await?;
     let created = started.elapsed();
@@ -259,7 +238,7 @@ pub async fn pass(admin: &Client, built: &Built) -> Result<[Duration; 3]> {
     let rows = data::digest(&source).await?;
     until_archived(&source).await?;
 
-    let backups = api(admin, "Backup");
+    let backups = api(admin, NAMESPACE, "Backup");
     let started = Instant::now();
     backups.create(&PostParams::default(), &backup()?).await?;
     until_backed_up(&backups).await?;
@@ -269,7 +248,7 @@ pub async fn pass(admin: &Client, built: &Built) -> Result<[Duration; 3]> {
     clusters
         .create(
             &PostParams::default(),
-            &cluster(RESTORED, &object_store, Some(NAME))?,
+            &cluster(RESTORED, Some(&object_store), Some(NAME))?,
         )
         .await?;
     let restored = until_serving(admin, &clusters, RESTORED).await?;
@@ -280,9 +259,10 @@ pub async fn pass(admin: &Client, built: &Built) -> Result<[Duration; 3]> {
     Ok([created, backed_up, restored_in])
 }
 
-fn api(admin: &Client, kind: &str) -> Api<DynamicObject> {
+/// Its `kind` (`Cluster`, `Backup`) in `namespace`.
+pub fn api(admin: &Client, namespace: &str, kind: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("postgresql.cnpg.io", "v1", kind);
-    Api::namespaced_with(admin.clone(), NAMESPACE, &ApiResource::from_gvk(&gvk))
+    Api::namespaced_with(admin.clone(), namespace, &ApiResource::from_gvk(&gvk))
 }
 
 /// The object store's keys, for barman-cloud.
@@ -311,9 +291,14 @@ fn barman_object_store(store: &ObjectStore, path: &str) -> Value {
     })
 }
 
-/// A single-instance Cluster archiving to `object_store`, bootstrapped from `recover_from`'s
-/// backups there when given. The superuser is enabled: the harness switches and watches the WAL.
-fn cluster(name: &str, object_store: &Value, recover_from: Option<&str>) -> Result<DynamicObject> {
+/// A single-instance Cluster, archiving to `object_store` when given, bootstrapped from
+/// `recover_from`'s backups there when given. The superuser is enabled: the harness switches and
+/// watches the WAL.
+pub fn cluster(
+    name: &str,
+    object_store: Option<&Value>,
+    recover_from: Option<&str>,
+) -> Result<DynamicObject> {
     let mut spec = json!({
         "instances": 1,
         "imageName": format!("{CLOUDNATIVE_PG_POSTGRES}:{MAJOR}"),
@@ -321,9 +306,11 @@ fn cluster(name: &str, object_store: &Value, recover_from: Option<&str>) -> Resu
         "postgresGID": 999,
         "enableSuperuserAccess": true,
         "storage": { "size": "4Gi" },
-        "backup": { "barmanObjectStore": object_store },
     });
-    if let Some(source) = recover_from {
+    if let Some(object_store) = object_store {
+        spec["backup"] = json!({ "barmanObjectStore": object_store });
+    }
+    if let (Some(source), Some(object_store)) = (recover_from, object_store) {
         spec["bootstrap"] = json!({ "recovery": { "source": source } });
         spec["externalClusters"] = json!([{ "name": source, "barmanObjectStore": object_store }]);
     }
@@ -359,7 +346,7 @@ async fn until_serving(
 }
 
 /// Its `Ready` condition is true.
-fn ready(cluster: &Value) -> bool {
+pub fn ready(cluster: &Value) -> bool {
     cluster["status"]["conditions"]
         .as_array()
         .is_some_and(|conditions| {
@@ -443,7 +430,8 @@ mod tests {
     fn a_restored_cluster_recovers_from_the_source_archive() {
         let object_store = barman_object_store(&store(), "s3://backups/p/");
         let restored =
-            serde_json::to_value(cluster(RESTORED, &object_store, Some(NAME)).unwrap()).unwrap();
+            serde_json::to_value(cluster(RESTORED, Some(&object_store), Some(NAME)).unwrap())
+                .unwrap();
         assert_eq!(
             restored["spec"]["bootstrap"],
             json!({ "recovery": { "source": NAME } })
@@ -453,8 +441,11 @@ mod tests {
             restored["spec"]["externalClusters"][0]["barmanObjectStore"]["destinationPath"],
             "s3://backups/p/"
         );
-        let source = serde_json::to_value(cluster(NAME, &object_store, None).unwrap()).unwrap();
+        let source =
+            serde_json::to_value(cluster(NAME, Some(&object_store), None).unwrap()).unwrap();
         assert_eq!(source["spec"]["bootstrap"], Value::Null);
+        let without = serde_json::to_value(cluster(NAME, None, None).unwrap()).unwrap();
+        assert_eq!(without["spec"]["backup"], Value::Null);
         assert_eq!(
             source["spec"]["imageName"],
             "ghcr.io/cloudnative-pg/postgresql:15"

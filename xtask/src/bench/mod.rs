@@ -6,6 +6,7 @@
 //! rounds (`--compare`).
 
 mod appcluster;
+mod at_rest;
 pub mod cloudnativepg;
 mod cluster;
 mod copy;
@@ -177,12 +178,6 @@ pub struct TimedStep {
     pub floor_seconds: f64,
 }
 
-impl TimedStep {
-    pub fn ratio(&self) -> f64 {
-        self.operator_seconds / self.floor_seconds
-    }
-}
-
 /// `make bench-stateful`: the operator's stateful rounds on the real node, each beside its floor.
 #[derive(Serialize)]
 pub struct StatefulReport {
@@ -198,6 +193,8 @@ pub struct StatefulReport {
     pub cloudnativepg: Vec<Vec<Beside>>,
     /// What each operator's process held when the passes ended, and CloudNativePG's peak and CPU.
     pub cloudnativepg_usage: Option<BesideUsage>,
+    /// Both PostgreSQL operators with many databases Ready (`--at-rest`).
+    pub at_rest: Option<at_rest::BothAtRest>,
     pub peak_rss_mib: f64,
     pub cpu_seconds: f64,
     pub requests_by_method: BTreeMap<String, u64>,
@@ -230,6 +227,8 @@ pub struct StatefulOptions<'a> {
     pub output: &'a std::path::Path,
     /// CloudNativePG, built and on the node, for the SampleDB round to run beside it.
     pub cloudnative_pg: Option<&'a cloudnativepg::Built>,
+    /// With CloudNativePG: how many databases each operator then holds at rest (0: none).
+    pub at_rest: usize,
 }
 
 /// The stateful rounds by `launch` (ours), with the operator's identity, on the cluster of
@@ -293,6 +292,12 @@ pub async fn stateful(
             sampledb.push(steps);
         }
     }
+    let at_rest = match &cloudnative_pg {
+        Some(installed) if options.at_rest > 0 => {
+            Some(at_rest::both(&admin, &operator, installed, options.at_rest).await?)
+        }
+        _ => None,
+    };
     let cloudnativepg_usage = match cloudnative_pg {
         Some(installed) => Some(BesideUsage {
             app_operator_rss_mib: operator.rss_mib(),
@@ -310,6 +315,7 @@ pub async fn stateful(
         sampledb,
         cloudnativepg: beside,
         cloudnativepg_usage,
+        at_rest,
         peak_rss_mib: operator.overall_peak(),
         cpu_seconds,
         requests_by_method,

@@ -108,6 +108,24 @@ pub fn stateful_markdown(report: &StatefulReport) -> String {
         }
         text.push('\n');
     }
+    if let Some(rest) = &report.at_rest {
+        let _ = writeln!(
+            text,
+            "At rest: {} databases for each operator (SampleDBs, then as many single-instance Clusters once the SampleDBs' namespace was deleted), created at once; the time until every one was Ready, then the operator's RSS and CPU over the next {:.0} s.\n\n| operator | all Ready after | RSS | CPU over the window |\n|---|---:|---:|---:|",
+            rest.databases, rest.window_seconds
+        );
+        for (name, side) in [
+            ("app-operator", &rest.app_operator),
+            ("CloudNativePG", &rest.cloudnativepg),
+        ] {
+            let _ = writeln!(
+                text,
+                "| {name} | {:.1} s | {:.1} MiB | {:.2} s |",
+                side.ready_seconds, side.rss_mib, side.window_cpu_seconds
+            );
+        }
+        text.push('\n');
+    }
     text.push_str(&totals(
         report.peak_rss_mib,
         report.cpu_seconds,
@@ -118,38 +136,39 @@ pub fn stateful_markdown(report: &StatefulReport) -> String {
 
 /// Each pass's steps, operator beside by hand.
 fn steps_table(passes: &[Vec<TimedStep>]) -> String {
-    let mut text =
-        "| pass | step | operator | by hand | operator / by hand |\n|---:|---|---:|---:|---:|\n"
-            .to_owned();
-    for (index, pass) in passes.iter().enumerate() {
-        for step in pass {
-            let _ = writeln!(
-                text,
-                "| {} | {} | {:.2} s | {:.2} s | {:.2} |",
-                index + 1,
-                step.name,
-                step.operator_seconds,
-                step.floor_seconds,
-                step.ratio()
-            );
-        }
-    }
-    text
+    pass_table(("operator", "by hand"), passes, |step| {
+        (&step.name, step.operator_seconds, step.floor_seconds)
+    })
 }
 
 /// Each pass's steps, app-operator beside CloudNativePG.
 fn beside_table(passes: &[Vec<Beside>]) -> String {
-    let mut text = "| pass | step | app-operator | CloudNativePG | app-operator / CloudNativePG |\n|---:|---|---:|---:|---:|\n".to_owned();
+    pass_table(("app-operator", "CloudNativePG"), passes, |step| {
+        (
+            &step.name,
+            step.app_operator_seconds,
+            step.cloudnativepg_seconds,
+        )
+    })
+}
+
+/// One row per pass and step: its name, the seconds of each of the two `columns`, their ratio.
+fn pass_table<S>(
+    (first, second): (&str, &str),
+    passes: &[Vec<S>],
+    row: impl Fn(&S) -> (&str, f64, f64),
+) -> String {
+    let mut text = format!(
+        "| pass | step | {first} | {second} | {first} / {second} |\n|---:|---|---:|---:|---:|\n"
+    );
     for (index, pass) in passes.iter().enumerate() {
         for step in pass {
+            let (name, a, b) = row(step);
             let _ = writeln!(
                 text,
-                "| {} | {} | {:.2} s | {:.2} s | {:.2} |",
+                "| {} | {name} | {a:.2} s | {b:.2} s | {:.2} |",
                 index + 1,
-                step.name,
-                step.app_operator_seconds,
-                step.cloudnativepg_seconds,
-                step.app_operator_seconds / step.cloudnativepg_seconds
+                a / b
             );
         }
     }

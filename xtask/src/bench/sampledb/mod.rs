@@ -143,7 +143,7 @@ pub async fn sampledb_pass(admin: &Client, operator: &Operator) -> Result<Vec<Ti
 
 /// SampleDB `name` (PostgreSQL [`VERSION`], room for 1 GiB and its dumps), restored from `dump`
 /// in [`NAME`]'s backups volume when given.
-fn sample_db(name: &str, dump: Option<&str>) -> Result<SampleDB> {
+pub(super) fn sample_db(name: &str, dump: Option<&str>) -> Result<SampleDB> {
     let mut spec = json!({
         "version": VERSION,
         "storage": { "size": "4Gi", "backupsSize": "4Gi" },
