@@ -149,7 +149,7 @@ fn every_image_is_named_as_the_manifests_name_it_and_runs_what_it_is_for() {
     let sources = local_cluster::repo_root().join("hack/k8s-tools");
     let tools = Tools::ensure(&sources).unwrap();
     let images = Images::ensure(&tools, &sources).unwrap();
-    assert_eq!(images.images.len(), 10, "{:?}", images.images);
+    assert_eq!(images.images.len(), 11, "{:?}", images.images);
     let archives: Vec<Archive> = images.images.iter().map(read_archive).collect();
     for (image, archive) in images.images.iter().zip(&archives) {
         assert!(image.archive.starts_with(&images.dir));
@@ -315,6 +315,26 @@ fn every_image_is_named_as_the_manifests_name_it_and_runs_what_it_is_for() {
                 .all(|e| !e.path.starts_with(&format!("var/lib/postgresql/{major}"))),
             "a cluster was created in the image"
         );
+    }
+
+    // CloudNativePG's operand (the bench beside SampleDB): the same PostgreSQL, with barman-cloud
+    // (its backups, WAL archive and restores run these commands from PATH).
+    let cloudnative_pg = find(&archives, "ghcr.io/cloudnative-pg/postgresql:15");
+    let env = strings(&cloudnative_pg.config["config"]["Env"]);
+    assert!(
+        env.iter()
+            .any(|e| e.starts_with("PATH=/usr/lib/postgresql/15/bin:")),
+        "{env:?}"
+    );
+    for binary in [
+        "usr/lib/postgresql/15/bin/postgres",
+        "usr/lib/postgresql/15/bin/pg_controldata",
+        "usr/bin/barman-cloud-backup",
+        "usr/bin/barman-cloud-wal-archive",
+        "usr/bin/barman-cloud-restore",
+        "usr/bin/barman-cloud-wal-restore",
+    ] {
+        entry(cloudnative_pg, binary);
     }
 
     let toolbox = find(&archives, "docker.io/app-operator/toolbox:1");
