@@ -2500,6 +2500,122 @@ async fn a_sampledb_restored_from_a_missing_file_says_so_and_is_not_ready() {
     );
 }
 
+/// A SampleDB whose server stops answering its init Job for over a minute (the node's firewall
+/// refuses the Job Pod's connections to it, as a starved node's late Pod can find it restarting):
+/// the Job's first Pod gives up after 60 s, the SampleDB says so while a new Pod tries again,
+/// and once the server answers the init SQL runs and the SampleDB is Ready, never Degraded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampledb_whose_server_answers_its_init_job_late_is_initialized() {
+    let ns = TestNamespace::new("real-sampledb-late").await;
+    apply(
+        &ns,
+        &json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "late-init" },
+            "data": { "10-seed.sql": "CREATE TABLE seeded (note text); INSERT INTO seeded VALUES ('late');" }
+        }),
+    );
+    apply(
+        &ns,
+        &sampledb(
+            "late",
+            "15",
+            json!({ "initSql": { "configMapName": "late-init" } }),
+        ),
+    );
+    let server = eventually(TIMEOUT, "the database Pod's address", || async {
+        let selector = "db.example.com/sampledb=late,db.example.com/role=database";
+        let pods = ns
+            .api::<Pod>()
+            .list(&ListParams::default().labels(selector))
+            .await
+            .ok()?;
+        pods.items
+            .iter()
+            .find_map(|pod| pod.status.as_ref()?.pod_ip.clone())
+    })
+    .await;
+    let refused = Refused::forwarded_to(&server, 5432);
+    let retrying = eventually(
+        Duration::from_secs(300),
+        "the SampleDB to say its init Job tries again",
+        || async {
+            let status = sampledb_status(&ns, "late");
+            assert_ne!(condition(&status, "Degraded")["status"], "True", "{status}");
+            let progressing = condition(&status, "Progressing");
+            let message = progressing["message"].as_str()?;
+            message.contains("tries again").then(|| message.to_owned())
+        },
+    )
+    .await;
+    assert!(
+        retrying.contains("did not accept connections within 60 s"),
+        "{retrying}"
+    );
+    drop(refused);
+    let store = sampledb_store(&ns, "late").await;
+    assert_eq!(
+        store.psql("SELECT note FROM seeded").await.unwrap().trim(),
+        "late"
+    );
+    let status = sampledb_status(&ns, "late");
+    assert_ne!(condition(&status, "Degraded")["status"], "True", "{status}");
+    let job = kubectl_ok(&[
+        "get",
+        "job",
+        "late-init",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.status.succeeded} {.status.failed}",
+    ]);
+    assert_eq!(
+        job.trim(),
+        "1",
+        "one Pod succeeded; the ignored failure is not counted"
+    );
+}
+
+/// An iptables rule (while it lives) that refuses TCP connections forwarded on the node to
+/// `address:port`: Pods cannot reach that Pod's port; the node and the Pod itself still can.
+struct Refused(Vec<String>);
+
+impl Refused {
+    fn forwarded_to(address: &str, port: u16) -> Refused {
+        let rule: Vec<String> = [
+            "FORWARD",
+            "-d",
+            address,
+            "-p",
+            "tcp",
+            "--dport",
+            &port.to_string(),
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "tcp-reset",
+        ]
+        .map(str::to_owned)
+        .into();
+        Refused::iptables("-I", &rule);
+        Refused(rule)
+    }
+
+    fn iptables(action: &str, rule: &[String]) {
+        let status = std::process::Command::new("iptables")
+            .args(["-w", action])
+            .args(rule)
+            .status()
+            .unwrap();
+        assert!(status.success(), "iptables {action} {rule:?}: {status}");
+    }
+}
+
+impl Drop for Refused {
+    fn drop(&mut self) {
+        Refused::iptables("-D", &self.0);
+    }
+}
+
 /// Kills (SIGKILL) the process of every operator replica deployed on the node; how many there
 /// were. Their containers restart (the Pods stay), as after a crash. The long scenarios run side
 /// by side and share the operator: one may find both containers restarting after another's

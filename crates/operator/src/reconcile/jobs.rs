@@ -136,25 +136,45 @@ pub struct SeenJob {
     pub name: String,
     pub state: JobState,
     pub created: Option<Time>,
+    /// While it runs: what its newest failed Pod said (a failure its pod failure policy lets
+    /// a new Pod try again).
+    pub retrying_after: Option<String>,
 }
 
 impl SeenJob {
+    /// A Job of this name in this state, never seen to retry (for plans' tests).
+    #[cfg(test)]
+    pub fn new(name: &str, state: JobState) -> SeenJob {
+        SeenJob {
+            name: name.into(),
+            state,
+            created: None,
+            retrying_after: None,
+        }
+    }
+
     pub fn of(job: &Job) -> SeenJob {
         SeenJob {
             name: job.name_any(),
             state: job_state(job),
             created: job.metadata.creation_timestamp.clone(),
+            retrying_after: None,
         }
     }
 
     /// A failed Job's failure with what its container said last (the termination message of
     /// its newest failed Pod among `pods`): "backup file … not found", not only "reached the
-    /// specified backoff limit".
+    /// specified backoff limit". A running Job's, when a Pod of it failed, in `retrying_after`.
     pub fn explained_by<'a>(mut self, pods: impl IntoIterator<Item = &'a Pod>) -> SeenJob {
-        if let JobState::Failed { message, .. } = &mut self.state
-            && let Some(said) = last_words(pods, &self.name)
-        {
-            *message = format!("{message}; its container said: {said}");
+        let said = last_words(pods, &self.name);
+        match &mut self.state {
+            JobState::Failed { message, .. } => {
+                if let Some(said) = said {
+                    *message = format!("{message}; its container said: {said}");
+                }
+            }
+            JobState::Running => self.retrying_after = said,
+            JobState::Succeeded(_) => {}
         }
         self
     }
@@ -298,15 +318,14 @@ mod tests {
     use super::*;
 
     fn failed_job() -> SeenJob {
-        SeenJob {
-            name: "db-restore".into(),
-            state: JobState::Failed {
+        SeenJob::new(
+            "db-restore",
+            JobState::Failed {
                 at: None,
                 reason: "BackoffLimitExceeded".into(),
                 message: "Job has reached the specified backoff limit".into(),
             },
-            created: None,
-        }
+        )
     }
 
     fn pod(job: &str, exit_code: i32, message: &str) -> Pod {
@@ -345,5 +364,20 @@ mod tests {
             message, "Job has reached the specified backoff limit",
             "a container that succeeded is no explanation"
         );
+    }
+
+    #[test]
+    fn a_running_job_says_why_its_last_pod_failed() {
+        let running = || SeenJob::new("db-restore", JobState::Running);
+        let pods = [pod(
+            "db-restore",
+            75,
+            "restore.sh: PostgreSQL at db:5432 did not accept connections within 60 s",
+        )];
+        assert_eq!(
+            running().explained_by(&pods).retrying_after.as_deref(),
+            Some("restore.sh: PostgreSQL at db:5432 did not accept connections within 60 s")
+        );
+        assert_eq!(running().explained_by(&[]).retrying_after, None);
     }
 }

@@ -133,11 +133,7 @@ pub fn backup_job(name: &str, state: JobState, tick: i64, file: &str) -> BackupJ
 
     let at = Timestamp::from_second(tick).unwrap_or(Timestamp::UNIX_EPOCH);
     BackupJob {
-        job: SeenJob {
-            name: name.into(),
-            state,
-            created: None,
-        },
+        job: SeenJob::new(name, state),
         tick: Some(at),
         skipped: 1,
         snapshot: SnapshotRecord {

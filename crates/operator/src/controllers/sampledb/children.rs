@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use app_operator_api::{BACKUP_REQUESTED_AT, SampleDB};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapEnvSource, ConfigMapVolumeSource, Container, ContainerPort, EnvFromSource,
     EnvVar, EnvVarSource, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec,
@@ -446,7 +448,8 @@ pub fn stateful_set(
 
 /// One Job: a container running `script` with the connection and credentials in its
 /// environment, `backoffLimit: 0` (a failed database command is reported, not retried blindly)
-/// and a deadline.
+/// and a deadline. Only a script's [`scripts::TRY_AGAIN`] (a server that did not answer yet) is
+/// tried again, in a new Pod, until that deadline.
 pub struct JobSpecOf<'a> {
     pub kind: JobKind,
     pub name: String,
@@ -532,7 +535,8 @@ pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
         .into_iter()
         .collect();
     init_containers.extend(spec.helpers.before);
-    let mut containers = vec![container(spec.kind.label(), spec.version, spec.script)];
+    let script_container = spec.kind.label();
+    let mut containers = vec![container(script_container, spec.version, spec.script)];
     if !spec.helpers.after.is_empty() {
         init_containers.append(&mut containers);
         containers = spec.helpers.after;
@@ -544,6 +548,17 @@ pub fn job(db: &SampleDB, spec: JobSpecOf<'_>) -> Job {
         metadata: meta(db, spec.name, spec.kind.label(), spec.owner),
         spec: Some(JobSpec {
             backoff_limit: Some(0),
+            pod_failure_policy: Some(PodFailurePolicy {
+                rules: vec![PodFailurePolicyRule {
+                    action: "Ignore".to_owned(),
+                    on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                        container_name: Some(script_container.to_owned()),
+                        operator: "In".to_owned(),
+                        values: vec![scripts::TRY_AGAIN],
+                    }),
+                    on_pod_conditions: None,
+                }],
+            }),
             active_deadline_seconds: Some(spec.deadline_seconds),
             ttl_seconds_after_finished: (spec.kind == JobKind::FinalSnapshot)
                 .then_some(SNAPSHOT_JOB_TTL_SECONDS),

@@ -278,7 +278,7 @@ fn initialize(desired: &Desired, observed: &Observed, plan: &mut Plan) {
     match observed
         .first_job
         .as_ref()
-        .map(|job| (&job.name, &job.state))
+        .map(|job| (&job.name, &job.state, &job.retrying_after))
     {
         None if desired.recovering && observed.database.pods > 0 => {
             plan.progress = progress(
@@ -299,13 +299,21 @@ fn initialize(desired: &Desired, observed: &Observed, plan: &mut Plan) {
                 format!("the {what} Job is initializing the database"),
             );
         }
-        Some((name, JobState::Running)) => {
+        Some((name, JobState::Running, None)) => {
             plan.progress = progress(
                 "Initializing",
                 format!("Job {name} is initializing the database"),
             );
         }
-        Some((name, JobState::Failed { message, .. })) => {
+        Some((name, JobState::Running, Some(said))) => {
+            plan.progress = progress(
+                "Initializing",
+                format!(
+                    "Job {name} is initializing the database; a Pod of it failed, and a new one tries again: {said}"
+                ),
+            );
+        }
+        Some((name, JobState::Failed { message, .. }, _)) => {
             plan.stage = Stage::InitFailed;
             plan.problem = Some(Problem {
                 reason: if desired.restoring {
@@ -319,7 +327,7 @@ fn initialize(desired: &Desired, observed: &Observed, plan: &mut Plan) {
             });
         }
         // Recorded as the current version by `current_version`.
-        Some((_, JobState::Succeeded(_))) => {}
+        Some((_, JobState::Succeeded(_), _)) => {}
     }
 }
 
@@ -594,11 +602,7 @@ mod tests {
     }
 
     fn job(name: &str, state: JobState) -> SeenJob {
-        SeenJob {
-            name: name.into(),
-            state,
-            created: None,
-        }
+        SeenJob::new(name, state)
     }
 
     fn at(seconds: i64) -> Option<Time> {
@@ -686,6 +690,23 @@ mod tests {
                 row.case
             );
         }
+    }
+
+    #[test]
+    fn an_init_job_trying_again_says_why_its_last_pod_failed() {
+        let said = "init.sh: PostgreSQL at db:5432 did not accept connections within 60 s";
+        let mut seen = observed();
+        seen.database.ready = true;
+        seen.first_job = Some(SeenJob {
+            retrying_after: Some(said.into()),
+            ..job("db-init", JobState::Running)
+        });
+        let plan = plan("db", &desired(), &seen);
+        assert_eq!(plan.step, None, "the Job's own next Pod tries again");
+        assert_eq!(plan.problem, None, "not failed until the Job fails");
+        let progress = plan.progress.expect("progress");
+        assert_eq!(progress.reason, "Initializing");
+        assert!(progress.message.ends_with(said), "{}", progress.message);
     }
 
     #[test]

@@ -31,7 +31,11 @@ macro_rules! with_prelude {
     };
 }
 
-/// The init Job: waits up to 60 s for the server, checks that it can connect, then runs the
+/// The exit status of a script that may succeed in a new Pod (`TRY_AGAIN` in `common.sh`, which a
+/// test holds equal): the server did not accept connections in time.
+pub const TRY_AGAIN: i32 = 75;
+
+/// The init Job: waits up to 60 s for the server (else [`TRY_AGAIN`]), checks that it can connect, then runs the
 /// `*.sql` files of `INIT_SQL_DIR` (if set and present) in name order, all in one transaction
 /// with `ON_ERROR_STOP` (a failure applies none of them). Reads `PGHOST`, `PGPORT`, `PGUSER`,
 /// `PGPASSWORD`, `PGDATABASE` and, optionally, `INIT_SQL_DIR`.
@@ -44,7 +48,7 @@ pub const INIT: &str = with_prelude!("init.sh");
 pub const BACKUP: &str = with_prelude!("backup.sh");
 
 /// The restore Job: fails at once, naming the file, if `BACKUP_DIR/BACKUP_FILE` is missing; waits
-/// up to 60 s for the server; drops `PGDATABASE`, creates it empty and restores the dump into it
+/// up to 60 s for the server (else [`TRY_AGAIN`]); drops `PGDATABASE`, creates it empty and restores the dump into it
 /// (`pg_restore --exit-on-error --no-owner`). Reads `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
 /// `PGDATABASE`, `BACKUP_DIR` and `BACKUP_FILE`.
 pub const RESTORE: &str = with_prelude!("restore.sh");
@@ -69,3 +73,16 @@ pub const UPGRADE: &str = with_prelude!("upgrade.sh");
 /// stopped; then gives `PGUSER` the password `PGPASSWORD` in single-user mode. Reads `PGDATA`,
 /// `PGUSER`, `PGPASSWORD`, `BASE_BACKUP`, `RESTORE_COMMAND` and `TARGET_TIME`.
 pub const RECOVER: &str = with_prelude!("recover.sh");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scripts_try_again_with_the_status_the_jobs_ignore() {
+        let line = format!("\nTRY_AGAIN={TRY_AGAIN}\n");
+        for script in [INIT, BACKUP, RESTORE, SNAPSHOT, UPGRADE, RECOVER] {
+            assert!(script.contains(&line), "no {line:?} in the prelude");
+        }
+    }
+}

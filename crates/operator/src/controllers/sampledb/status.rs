@@ -398,11 +398,7 @@ mod tests {
 
     #[test]
     fn finished_backups_are_recorded_newest_last_and_only_once() {
-        let job = |name: &str, state| SeenJob {
-            name: name.into(),
-            state,
-            created: None,
-        };
+        let job = SeenJob::new;
         let done = |text: &str| JobState::Succeeded(Some(Time(at(text))));
         let mut seen = observed();
         seen.backups = vec![
@@ -444,17 +440,16 @@ mod tests {
     #[test]
     fn a_failed_backup_says_why_while_its_job_is_kept_and_after() {
         let mut seen = observed();
-        seen.backups = vec![SeenJob {
-            name: "db-backup-1".into(),
-            state: JobState::Failed {
+        seen.backups = vec![SeenJob::new(
+            "db-backup-1",
+            JobState::Failed {
                 at: Some(Time(at("2026-11-23T10:03:00Z"))),
                 reason: "BackoffLimitExceeded".into(),
                 message:
                     "its container said: pg_dump: error: could not write: No space left on device"
                         .into(),
             },
-            created: None,
-        }];
+        )];
         let failed = status_of(&seen, &running(Some("16.4")));
         let why = "Backup Job db-backup-1 failed: its container said: pg_dump: error: could not write: No space left on device";
         assert_eq!(condition(&failed, LAST_BACKUP_SUCCEEDED).message, why);

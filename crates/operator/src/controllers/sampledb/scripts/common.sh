@@ -7,11 +7,18 @@ set -euo pipefail
 # termination message (the Job's status, then the SampleDB's condition, show it), whatever a
 # cleanup trap prints after it.
 fail() {
+    fail_status 1 "$@"
+}
+
+# fail_status STATUS MESSAGE: fail, ending with STATUS.
+fail_status() {
+    local status=$1
+    shift
     echo "$SCRIPT: $*" >&2
     if [[ -w /dev/termination-log && ! -s /dev/termination-log ]]; then
         echo "$SCRIPT: $*" >/dev/termination-log
     fi
-    exit 1
+    exit "$status"
 }
 
 # require_env NAME...: every variable is set and not empty.
@@ -36,12 +43,19 @@ require_not_root() {
         fail "must not run as root (PostgreSQL refuses to): run the container as the postgres user (runAsUser 999 in the official image)"
 }
 
-# Waits up to 60 s for the server at PGHOST:PGPORT to accept connections.
+# The exit status of a failure worth another try in a new Pod (EX_TEMPFAIL): the Job's
+# podFailurePolicy ignores it (children.rs), so its Pods keep trying until the Job's deadline.
+TRY_AGAIN=75
+
+# Waits up to 60 s for the server at PGHOST:PGPORT to accept connections, else ends with
+# TRY_AGAIN: the server was Ready when the Job was made, but a starved node can start the Pod
+# minutes later, when the server may be restarting.
 wait_for_server() {
     echo "$SCRIPT: waiting up to 60 s for PostgreSQL at $PGHOST:$PGPORT to accept connections"
     local deadline=$((SECONDS + 60))
     until pg_isready --quiet; do
-        ((SECONDS < deadline)) || fail "PostgreSQL at $PGHOST:$PGPORT did not accept connections within 60 s"
+        ((SECONDS < deadline)) || fail_status "$TRY_AGAIN" \
+            "PostgreSQL at $PGHOST:$PGPORT did not accept connections within 60 s; a new Pod tries again until the Job's deadline"
         sleep 1
     done
 }
