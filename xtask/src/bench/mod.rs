@@ -272,7 +272,7 @@ pub async fn stateful(
                 "bench: SampleDB created, 1 GiB backed up and restored, upgraded 15 -> 17 (operator, then by hand), pass {pass}"
             );
             let steps = sampledb_pass(&admin, &operator).await?;
-            if let (Some(built), Some(_)) = (options.cloudnative_pg, &cloudnative_pg) {
+            if let Some(built) = options.cloudnative_pg {
                 eprintln!(
                     "bench: CloudNativePG: a Cluster created, 1 GiB backed up and restored, pass {pass}"
                 );
