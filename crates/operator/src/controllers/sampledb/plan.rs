@@ -299,18 +299,13 @@ fn initialize(desired: &Desired, observed: &Observed, plan: &mut Plan) {
                 format!("the {what} Job is initializing the database"),
             );
         }
-        Some((name, JobState::Running, None)) => {
+        Some((name, JobState::Running, retrying_after)) => {
+            let retry = retrying_after.as_ref().map_or_else(String::new, |said| {
+                format!("; a Pod of it failed, and a new one tries again: {said}")
+            });
             plan.progress = progress(
                 "Initializing",
-                format!("Job {name} is initializing the database"),
-            );
-        }
-        Some((name, JobState::Running, Some(said))) => {
-            plan.progress = progress(
-                "Initializing",
-                format!(
-                    "Job {name} is initializing the database; a Pod of it failed, and a new one tries again: {said}"
-                ),
+                format!("Job {name} is initializing the database{retry}"),
             );
         }
         Some((name, JobState::Failed { message, .. }, _)) => {
