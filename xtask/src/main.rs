@@ -10,7 +10,7 @@ mod sbom;
 mod suites;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -18,7 +18,8 @@ use local_cluster::install;
 use local_cluster::{Cluster, ClusterOptions, Layout, Tools};
 
 use crate::deliver::{
-    acting_on_cluster, build_image, install, load, manifests, overlay_dir, user_target,
+    acting_on_cluster, build_image, build_static_binary, install, load, manifests, overlay_dir,
+    user_target,
 };
 use crate::operator::{http_get, run_operator};
 use crate::suites::{RealNodeTests, chaos, test, test_oldest_kubernetes, test_real_node};
@@ -355,13 +356,14 @@ fn path(path: &Path) -> Result<&str> {
         .with_context(|| format!("{} is not UTF-8", path.display()))
 }
 
-/// `make bench`: a release operator on a control plane of its own (started and stopped here).
+/// `make bench`: the operator as the image ships it (the static release binary) on a control
+/// plane of its own (started and stopped here).
 async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
     let tools = Tools::ensure(&tool_sources())?;
     options.operators.insert(
         0,
         bench::Launch::Ours {
-            binary: release_operator()?,
+            binary: build_static_binary()?,
             args: Vec::new(),
         },
     );
@@ -377,8 +379,9 @@ async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
     Ok(())
 }
 
-/// `make bench-stateful`: the release operator on the local control plane with a real node (started
-/// here and stopped after, unless one runs), with etcd members' names resolved as `make run` does.
+/// `make bench-stateful`: the static release operator on the local control plane with a real node
+/// (started here and stopped after, unless one runs), with etcd members' names resolved as
+/// `make run` does.
 async fn bench_stateful(
     repeat: usize,
     rounds: &[bench::StatefulRound],
@@ -392,7 +395,7 @@ async fn bench_stateful(
         suites::ensure_postgres()?;
     }
     let launch = bench::Launch::Ours {
-        binary: release_operator()?,
+        binary: build_static_binary()?,
         args: vec![
             "--etcd-dns-server".to_owned(),
             local_cluster::node::CLUSTER_DNS.to_owned(),
@@ -451,17 +454,6 @@ fn pull_node_images(layout: &Layout, tools: &Tools) -> Result<()> {
     eprintln!("bench: pulling {} images onto the node", names.len());
     local_cluster::node::pull(layout, &names)?;
     Ok(())
-}
-
-/// Builds the release operator (what a user deploys, and what is measured); its path.
-fn release_operator() -> Result<PathBuf> {
-    let built = Command::new(env!("CARGO"))
-        .args(["build", "--release", "--locked", "-p", "app-operator"])
-        .status()?;
-    if !built.success() {
-        bail!("building the release operator failed");
-    }
-    Ok(repo().join("target/release/app-operator"))
 }
 
 /// Runs the benchmark and writes its results (JSON, markdown, SVG chart) into `options.output`.
