@@ -409,6 +409,10 @@ async fn start_all(
                 ("initial-cluster", &format!("default={etcd_peer_url}")),
                 // A throwaway test store: durability on power loss buys nothing here.
                 ("unsafe-no-fsync", "true"),
+                // Room for the bench's largest rounds (tens of thousands of objects written,
+                // rewritten and deleted between two of the API server's compactions) beyond
+                // etcd's default quota of 2 GiB; the file grows only as far as it is used.
+                ("quota-backend-bytes", "8589934592"),
                 ("log-level", "warn"),
             ]),
         },

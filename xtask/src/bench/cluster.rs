@@ -149,9 +149,15 @@ pub async fn ensure_namespace(admin: &Client, name: &str) -> Result<()> {
 }
 
 pub async fn delete_namespace(admin: &Client, name: &str) -> Result<()> {
+    delete_namespace_within(admin, name, Duration::from_secs(600)).await
+}
+
+/// Deletes the namespace `name` and waits until it is gone, for at most `within` (its objects
+/// go first: the larger the namespace, the longer).
+pub async fn delete_namespace_within(admin: &Client, name: &str, within: Duration) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     let _ = namespaces.delete(name, &DeleteParams::background()).await;
-    wait_for(Duration::from_secs(600), || async {
+    wait_for(within, || async {
         namespaces.get_opt(name).await.ok()?.is_none().then_some(())
     })
     .await

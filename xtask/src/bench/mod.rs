@@ -10,6 +10,7 @@ mod at_rest;
 pub mod cloudnativepg;
 mod cluster;
 mod copy;
+mod cpu;
 mod etcd;
 mod myapp;
 mod process;

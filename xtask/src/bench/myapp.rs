@@ -18,7 +18,10 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use super::Options;
-use super::cluster::{delete_namespace, ensure_namespace, until_none, wait_for};
+use super::cluster::{
+    delete_namespace, delete_namespace_within, ensure_namespace, until_none, wait_for,
+};
+use super::cpu;
 use super::process::{Operator, RssParts};
 use super::watch::{ChildPairs, MyAppsConverging, Series, myapp_ready};
 
@@ -47,6 +50,11 @@ pub struct Pass {
     /// The operator's requests from the first create until 5 s after all were Ready, by method,
     /// divided by N.
     pub requests_per_myapp: BTreeMap<String, f64>,
+    /// CPU milliseconds per MyApp over the same window, by process: the operator, the control
+    /// plane's, the bench client's.
+    pub cpu_ms_per_myapp: BTreeMap<String, f64>,
+    /// The same over the fair floor pass (the operator is stopped then).
+    pub fair_cpu_ms_per_myapp: BTreeMap<String, f64>,
 }
 
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -124,22 +132,27 @@ pub async fn myapp_round(
     let mut restarted = None;
     for pass in 0..options.repeat {
         let namespace = format!("{OPERATOR_NAMESPACE}{n}-{pass}");
-        let (operator_children, operator_ready, requests_per_myapp) =
-            operator_pass(admin, operator, n, &namespace, options).await?;
+        let measured = operator_pass(admin, operator, n, &namespace, options).await?;
         if at_rest.is_none() {
             at_rest = Some(steady_state(operator, options).await);
             if restart {
                 restarted = Some(restart_round(operator).await?);
             }
         }
-        delete_namespace(admin, &namespace).await?;
+        delete_namespace_within(admin, &namespace, cleanup_within(n)).await?;
         operator.pause()?;
         let floors = floor_passes(admin, floor, n, pass, options).await;
         operator.resume()?;
         // It catches up on what it missed while stopped (the floors' MyApps, its own namespace's
         // deletion): that work belongs to no round's window.
-        operator.until_idle(IDLE_WITHIN).await?;
-        let (floor_children, (fair_children, fair_ready)) = floors?;
+        operator.until_idle(cleanup_within(n)).await?;
+        let (floor_children, (fair_children, fair_ready), fair_cpu_ms_per_myapp) = floors?;
+        let OperatorPass {
+            children: operator_children,
+            ready: operator_ready,
+            requests_per_myapp,
+            cpu_ms_per_myapp,
+        } = measured;
         let children_seconds = operator_children.total(n);
         let floor_seconds = floor_children.total(n);
         let fair_seconds = fair_children.total(n);
@@ -158,6 +171,8 @@ pub async fn myapp_round(
             fair_children,
             fair_ready,
             requests_per_myapp,
+            cpu_ms_per_myapp,
+            fair_cpu_ms_per_myapp,
         });
     }
     let mut order: Vec<usize> = (0..passes.len()).collect();
@@ -177,8 +192,15 @@ pub async fn myapp_round(
     })
 }
 
-/// How long an operator may take to become idle after a restart or a pause.
+/// How long an operator may take to become idle after a restart.
 const IDLE_WITHIN: Duration = Duration::from_secs(300);
+
+/// How long a round's namespace may take to go, and the operator to catch up after the floors
+/// (its own namespace's deletion included): both grow with N (a 10,000 round holds 50,000
+/// objects).
+fn cleanup_within(n: usize) -> Duration {
+    convergence_timeout(n).max(Duration::from_secs(600))
+}
 
 /// The prefixes of the MyApp rounds' namespaces: the operator's, the floor's, the fair floor's.
 const OPERATOR_NAMESPACE: &str = "bench-myapp-";
@@ -200,44 +222,63 @@ pub async fn delete_round_namespaces(admin: &Client) -> Result<()> {
     Ok(())
 }
 
-/// The floor, then the fair floor, each in a namespace of its own, deleted after it.
+/// The floor, then the fair floor (with the CPU per MyApp its pass took, by process), each in a
+/// namespace of its own, deleted after it.
 async fn floor_passes(
     admin: &Client,
     floor: &Client,
     n: usize,
     pass: usize,
     options: &Options,
-) -> Result<(Series, (Series, Series))> {
+) -> Result<(Series, (Series, Series), BTreeMap<String, f64>)> {
     let namespace = format!("{FLOOR_NAMESPACE}{n}-{pass}");
     let floor_children = floor_pass(admin, floor, n, &namespace, options).await?;
-    delete_namespace(admin, &namespace).await?;
+    delete_namespace_within(admin, &namespace, cleanup_within(n)).await?;
     let namespace = format!("{FAIR_NAMESPACE}{n}-{pass}");
+    let cpu_before = cpu::sample();
     let fair = fair_floor_pass(admin, floor, n, &namespace, options).await?;
-    delete_namespace(admin, &namespace).await?;
-    Ok((floor_children, fair))
+    let fair_cpu = cpu::per_myapp_ms(&cpu_before, &cpu::sample(), n);
+    delete_namespace_within(admin, &namespace, cleanup_within(n)).await?;
+    Ok((floor_children, fair, fair_cpu))
 }
 
 pub fn convergence_timeout(n: usize) -> Duration {
     Duration::from_secs(120 + u64::try_from(n).unwrap_or(u64::MAX) / 2)
 }
 
+/// What the operator pass measured.
+struct OperatorPass {
+    children: Series,
+    ready: Series,
+    requests_per_myapp: BTreeMap<String, f64>,
+    cpu_ms_per_myapp: BTreeMap<String, f64>,
+}
+
+/// What the operator's own CPU is reported under beside the control plane's processes.
+pub const OPERATOR_CPU: &str = "operator";
+
 /// N MyApps created at the client concurrency; returns when each got its Deployment and Service,
-/// when each was Ready, and the operator's requests per MyApp until 5 s after the last was.
+/// when each was Ready, and the operator's requests and every process's CPU per MyApp until 5 s
+/// after the last was.
 async fn operator_pass(
     admin: &Client,
     operator: &Operator,
     n: usize,
     namespace: &str,
     options: &Options,
-) -> Result<(Series, Series, BTreeMap<String, f64>)> {
+) -> Result<OperatorPass> {
     ensure_namespace(admin, namespace).await?;
     let converging = MyAppsConverging::start(admin, namespace);
     let apps: Api<MyApp> = Api::namespaced(admin.clone(), namespace);
     let before = operator.requests();
+    let (cpu_before, operator_cpu_before) = (cpu::sample(), operator.scrape().cpu_seconds());
     create_myapps(&apps, n, options.concurrency, None).await?;
     let (children, ready) = converging.wait(n, convergence_timeout(n)).await;
     // The last status writes land after the MyApps read Ready.
     tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut cpu_ms_per_myapp = cpu::per_myapp_ms(&cpu_before, &cpu::sample(), n);
+    let operator_cpu = operator.scrape().cpu_seconds() - operator_cpu_before;
+    cpu_ms_per_myapp.insert(OPERATOR_CPU.to_owned(), operator_cpu * 1000.0 / n as f64);
     let after = operator.requests();
     let requests_per_myapp = after
         .iter()
@@ -249,7 +290,12 @@ async fn operator_pass(
             )
         })
         .collect();
-    Ok((children, ready, requests_per_myapp))
+    Ok(OperatorPass {
+        children,
+        ready,
+        requests_per_myapp,
+        cpu_ms_per_myapp,
+    })
 }
 
 /// Creates the MyApps `app-0` … `app-{n-1}` at the client concurrency, sending each one created

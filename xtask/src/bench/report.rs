@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::myapp::Pass;
+use super::myapp::{OPERATOR_CPU, Pass};
 use super::{Beside, OperatorRun, Report, StatefulReport, TimedStep};
 
 fn seconds(value: Option<f64>) -> String {
@@ -226,6 +226,7 @@ fn operator_section(text: &mut String, run: &OperatorRun) {
                 )),
         );
     }
+    cpu_table(text, run);
     for round in &run.myapp {
         if let Some(restart) = &round.restart {
             let _ = write!(
@@ -247,6 +248,65 @@ fn operator_section(text: &mut String, run: &OperatorRun) {
             run.cpu_seconds,
             &run.requests_by_method,
         ));
+    }
+}
+
+/// Where each N's CPU went, per MyApp and process, in the operator pass and in the fair floor
+/// pass: a process whose figure rises with N is where the time per MyApp grows.
+fn cpu_table(text: &mut String, run: &OperatorRun) {
+    let medians: Vec<(usize, &Pass)> = run
+        .myapp
+        .iter()
+        .filter_map(|round| Some((round.n, round.median()?)))
+        .collect();
+    if medians.is_empty() {
+        return;
+    }
+    let mut processes: Vec<&str> = vec![OPERATOR_CPU];
+    for (_, pass) in &medians {
+        for name in pass
+            .cpu_ms_per_myapp
+            .keys()
+            .chain(pass.fair_cpu_ms_per_myapp.keys())
+        {
+            if !processes.contains(&name.as_str()) {
+                processes.push(name.as_str());
+            }
+        }
+    }
+    let _ = write!(
+        text,
+        "
+CPU per MyApp, ms, by process (`/proc`; the operator's from its metrics): operator pass / fair floor pass (the operator stopped)
+
+| N MyApps | {} | all |\n|---:|{}---:|\n",
+        processes.join(" | "),
+        "---:|".repeat(processes.len())
+    );
+    for (n, pass) in medians {
+        let cell = |figures: &BTreeMap<String, f64>, name: &str| {
+            figures
+                .get(name)
+                .map_or("-".to_owned(), |ms| format!("{ms:.1}"))
+        };
+        let cells: Vec<String> = processes
+            .iter()
+            .map(|name| {
+                format!(
+                    "{} / {}",
+                    cell(&pass.cpu_ms_per_myapp, name),
+                    cell(&pass.fair_cpu_ms_per_myapp, name)
+                )
+            })
+            .collect();
+        let all = |figures: &BTreeMap<String, f64>| figures.values().sum::<f64>();
+        let _ = writeln!(
+            text,
+            "| {n} | {} | {:.1} / {:.1} |",
+            cells.join(" | "),
+            all(&pass.cpu_ms_per_myapp),
+            all(&pass.fair_cpu_ms_per_myapp)
+        );
     }
 }
 
