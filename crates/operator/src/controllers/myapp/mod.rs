@@ -26,7 +26,7 @@ use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 
 use self::service::ports_drifted;
-use self::status::{starting, status, waiting_container};
+use self::status::{has_pods, starting, status, waiting_container};
 use super::Wiring;
 use crate::mutation::{self, Mutation};
 use crate::reconcile::apply::is_controlled_by;
@@ -107,7 +107,8 @@ impl Reconciler for MyAppReconciler {
         // waiting reason changes no Deployment field, so while a container waits (still being
         // created, or unable to start) the Pods are looked at again now and then.
         let mut next = Action::await_change();
-        if outcome.is_ok() && !is_true(&desired.conditions, READY) {
+        if outcome.is_ok() && !is_true(&desired.conditions, READY) && has_pods(deployment.as_ref())
+        {
             let pods = self.pods(app, namespace, client).await;
             if starting(&pods) {
                 next = Action::requeue(WAITING_RECHECK);
@@ -139,12 +140,16 @@ impl Reconciler for MyAppReconciler {
 }
 
 impl MyAppReconciler {
-    /// The MyApp's Pods (by its selector; not cached: read only while it is not Ready). A
-    /// failed read finds none: the status then says only how many replicas are ready.
+    /// The MyApp's Pods (by its selector; not cached: read only while it is not Ready), as the
+    /// API server's watch cache has them: a diagnosis needs no consistent read. A failed read
+    /// finds none: the status then says only how many replicas are ready.
     async fn pods(&self, app: &MyApp, namespace: &str, client: &Client) -> Vec<Pod> {
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let selector = labels::selector_string(app);
-        match pods.list(&ListParams::default().labels(&selector)).await {
+        match pods
+            .list(&ListParams::default().labels(&selector).match_any())
+            .await
+        {
             Ok(list) => list.items,
             Err(error) => {
                 tracing::debug!(%error, "could not list a MyApp's Pods");

@@ -68,6 +68,16 @@ pub fn starting(pods: &[Pod]) -> bool {
     unreported || waiting(pods).next().is_some()
 }
 
+/// Whether the Deployment's status counts Pods of it. Until its ReplicaSet has made one, no Pod
+/// can say why the MyApp is not Ready, and the status change that counts the first one wakes
+/// the MyApp: a look at the Pods before that lists a namespace for nothing.
+pub fn has_pods(deployment: Option<&Deployment>) -> bool {
+    deployment
+        .and_then(|d| d.status.as_ref())
+        .and_then(|s| s.replicas)
+        .is_some_and(|replicas| replicas > 0)
+}
+
 /// The status a MyApp should have, given its Deployment as last seen, a container of its that
 /// cannot start (if one was looked for) and the reconcile's error. `lastUpdateTime` is carried
 /// over: the caller stamps it only when the status really changes.
@@ -233,6 +243,26 @@ mod tests {
             ready,
             available: ready,
         })
+    }
+
+    /// Pods are looked at only once the Deployment counts some: before, none can be found.
+    #[test]
+    fn pods_are_looked_at_once_the_deployment_counts_some() {
+        assert!(!has_pods(None));
+        let mut unreported = rolled(1, 0);
+        unreported.status = None;
+        assert!(!has_pods(Some(&unreported)));
+        let none_yet = deployment(Seen {
+            generation: 1,
+            observed: 1,
+            spec_replicas: 1,
+            replicas: 0,
+            updated: 0,
+            ready: 0,
+            available: 0,
+        });
+        assert!(!has_pods(Some(&none_yet)));
+        assert!(has_pods(Some(&rolled(1, 0))));
     }
 
     fn conflict() -> Error {
