@@ -276,10 +276,7 @@ fn cpu_table(text: &mut String, run: &OperatorRun) {
     }
     let _ = write!(
         text,
-        "
-CPU per MyApp, ms, by process (`/proc`; the operator's from its metrics): operator pass / fair floor pass (the operator stopped)
-
-| N MyApps | {} | all |\n|---:|{}---:|\n",
+        "\nCPU per MyApp, ms, by process (`/proc`; the operator's from its metrics): operator pass / fair floor pass (the operator stopped)\n\n| N MyApps | {} | all |\n|---:|{}---:|\n",
         processes.join(" | "),
         "---:|".repeat(processes.len())
     );
