@@ -104,7 +104,7 @@ enum Task {
         #[arg(long, default_value = "target/app-operator-image.tar")]
         archive: PathBuf,
     },
-    /// Benchmark convergence and cost against the floor; writes target/bench/{results.json,results.md,chart.svg}.
+    /// Benchmark convergence and cost against the floor; writes target/bench/{results.json,results.md,chart.svg} (and growth.svg with two N or more).
     Bench {
         /// Numbers of MyApps, one round each.
         #[arg(long, value_delimiter = ',', default_values_t = [100, 300, 1000])]
@@ -139,6 +139,10 @@ enum Task {
         /// same ServiceAccount). Repeatable.
         #[arg(long)]
         compare_rbac: Vec<PathBuf>,
+        /// The sizes the compared operators run (a subset of --sizes; default: all of them), so a
+        /// growth series can go further with ours than with operators slower to run it.
+        #[arg(long, value_delimiter = ',')]
+        compare_sizes: Vec<usize>,
     },
     /// The stateful rounds on the local control plane with a real node (started if none runs,
     /// then stopped): an EtcdCluster created with 3 members, upgraded 3.5 -> 3.6, scaled
@@ -296,6 +300,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             output,
             compare,
             compare_rbac,
+            compare_sizes,
         } => {
             let output = if output.is_relative() {
                 repo().join(output)
@@ -314,6 +319,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 kubeconfig: PathBuf::new(),
                 operators: compare,
                 extra_roles: compare_rbac,
+                compare_sizes,
             }))?;
         }
         Task::BenchStateful {
@@ -465,5 +471,6 @@ async fn run_bench(options: &bench::Options, tools: &Tools) -> Result<bench::Rep
     )?;
     std::fs::write(options.output.join("results.md"), bench::markdown(&report))?;
     bench::chart(&report, &options.output.join("chart.svg"))?;
+    bench::growth_chart(&report, &options.output.join("growth.svg"))?;
     Ok(report)
 }

@@ -44,6 +44,7 @@ pub(crate) async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> 
             },
         ],
         extra_roles: Vec::new(),
+        compare_sizes: Vec::new(),
     };
     let report = run_bench(&options, tools).await?;
     let round = report

@@ -31,7 +31,7 @@ use self::etcd::{etcd_pass, warm_up};
 use self::myapp::{ChurnRound, MyAppRound, churn_round, myapp_round};
 pub use self::process::Launch;
 use self::process::Operator;
-pub use self::report::{chart, markdown, stateful_markdown};
+pub use self::report::{chart, growth_chart, markdown, stateful_markdown};
 use self::sampledb::sampledb_pass;
 
 /// Our operator's own defaults, stated in the report.
@@ -54,6 +54,22 @@ pub struct Options {
     pub operators: Vec<Launch>,
     /// ClusterRoles (YAML files) the compared operators need besides ours.
     pub extra_roles: Vec<PathBuf>,
+    /// The sizes the compared operators run (empty: all of `sizes`).
+    pub compare_sizes: Vec<usize>,
+}
+
+impl Options {
+    /// The MyApp sizes the operator at `index` runs (ours is 0): the restart is at the largest.
+    fn sizes_for(&self, index: usize) -> Vec<usize> {
+        if index == 0 || self.compare_sizes.is_empty() {
+            return self.sizes.clone();
+        }
+        self.sizes
+            .iter()
+            .copied()
+            .filter(|n| self.compare_sizes.contains(n))
+            .collect()
+    }
 }
 
 /// One operator's rounds.
@@ -101,7 +117,6 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
     .create(&admin, &identity)
     .await?;
     let floor = local_cluster::admin_client(&identity).await?;
-    let largest = options.sizes.iter().copied().max().unwrap_or(0);
 
     let mut operators = Vec::new();
     let (mut appcluster, mut churn) = (None, None);
@@ -110,7 +125,9 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
         let mut totals = None;
         let measured: Result<()> = async {
             let mut operator = Operator::start(launch, &identity, &options.output).await?;
-            for &n in &options.sizes {
+            let sizes = options.sizes_for(index);
+            let largest = sizes.iter().copied().max().unwrap_or(0);
+            for &n in &sizes {
                 eprintln!("bench: {n} MyApps ({}), then the floors", launch.name());
                 let round = myapp_round(&admin, &floor, &mut operator, n, n == largest, options);
                 myapp.push(round.await?);
@@ -335,4 +352,38 @@ fn machine() -> String {
         .and_then(|kib| kib.parse::<u64>().ok())
         .map_or(0, |kib| kib / 1024 / 1024);
     format!("{cpus} cores, {memory} GiB RAM, Linux")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(sizes: &[usize], compare_sizes: &[usize]) -> Options {
+        Options {
+            sizes: sizes.to_vec(),
+            concurrency: 10,
+            repeat: 1,
+            appcluster_size: 0,
+            steady: Duration::ZERO,
+            churn_cycles: 0,
+            churn_size: 0,
+            output: PathBuf::new(),
+            kubeconfig: PathBuf::new(),
+            operators: Vec::new(),
+            extra_roles: Vec::new(),
+            compare_sizes: compare_sizes.to_vec(),
+        }
+    }
+
+    #[test]
+    fn compared_operators_run_only_their_sizes_in_the_order_of_ours() {
+        let growth = options(&[100, 1000, 3000, 10000], &[3000, 1000]);
+        assert_eq!(growth.sizes_for(0), [100, 1000, 3000, 10000]);
+        assert_eq!(growth.sizes_for(1), [1000, 3000]);
+        assert_eq!(
+            options(&[100, 1000], &[]).sizes_for(2),
+            [100, 1000],
+            "without --compare-sizes every operator runs every size"
+        );
+    }
 }

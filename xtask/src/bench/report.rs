@@ -307,6 +307,138 @@ fn cpu_table(text: &mut String, run: &OperatorRun) {
     }
 }
 
+/// A round in the growth chart: N, the pass reported, the settled RSS in MiB.
+type RoundAt<'a> = (f64, &'a Pass, f64);
+
+/// The growth series as SVG: left, seconds per MyApp against N (log) for each operator's
+/// children (a) and the fair floor beside it, where linear growth is a flat line; right, settled
+/// RSS against N, where a constant cost per MyApp is a straight one. None with fewer than two N.
+pub fn growth_chart(report: &Report, path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    let svg = |e| anyhow::anyhow!("{e:?}");
+    // Each operator's rounds at their N, with the pass reported.
+    let runs: Vec<(&str, Vec<RoundAt>)> = report
+        .operators
+        .iter()
+        .map(|run| {
+            let rounds = run
+                .myapp
+                .iter()
+                .filter_map(|round| Some((round.n as f64, round.median()?, round.at_rest.rss_mib)))
+                .collect();
+            (run.name.as_str(), rounds)
+        })
+        .collect();
+    let sizes: Vec<f64> = runs
+        .iter()
+        .flat_map(|(_, rounds)| rounds.iter().map(|(n, ..)| *n))
+        .collect();
+    let (min_n, max_n) = sizes.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), n| {
+        (lo.min(*n), hi.max(*n))
+    });
+    if min_n >= max_n {
+        return Ok(());
+    }
+    let per_myapp_ms = |seconds: Option<f64>, n: f64| seconds.map(|s| s * 1000.0 / n);
+    let max_ms = runs
+        .iter()
+        .flat_map(|(_, rounds)| rounds.iter())
+        .flat_map(|(n, pass, _)| {
+            [pass.children_seconds, pass.fair_seconds].map(|s| per_myapp_ms(s, *n))
+        })
+        .flatten()
+        .fold(1.0, f64::max);
+    let max_rss = runs
+        .iter()
+        .flat_map(|(_, rounds)| rounds.iter().map(|(.., rss)| *rss))
+        .fold(1.0, f64::max);
+    let root = SVGBackend::new(path, (1200, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(svg)?;
+    let (left, right) = root.split_horizontally(600);
+    let mut time = ChartBuilder::on(&left)
+        .caption(
+            "Time per MyApp: children (a) vs the fair floor",
+            ("sans-serif", 18),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((min_n * 0.8..max_n * 1.25).log_scale(), 0.0..max_ms * 1.1)
+        .map_err(svg)?;
+    time.configure_mesh()
+        .x_desc("N MyApps")
+        .y_desc("ms per MyApp")
+        .draw()
+        .map_err(svg)?;
+    let mut memory = ChartBuilder::on(&right)
+        .caption("Settled RSS", ("sans-serif", 18))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..max_n * 1.05, 0.0..max_rss * 1.1)
+        .map_err(svg)?;
+    memory
+        .configure_mesh()
+        .x_desc("N MyApps")
+        .y_desc("MiB")
+        .draw()
+        .map_err(svg)?;
+    for (index, (name, rounds)) in runs.iter().enumerate() {
+        let color = Palette99::pick(index);
+        let series = |seconds: fn(&Pass) -> Option<f64>| -> Vec<(f64, f64)> {
+            rounds
+                .iter()
+                .filter_map(|(n, pass, _)| Some((*n, per_myapp_ms(seconds(pass), *n)?)))
+                .collect()
+        };
+        let lines = [
+            (
+                series(|pass| pass.children_seconds),
+                format!("{name}: children (a)"),
+                color.stroke_width(2),
+            ),
+            (
+                series(|pass| pass.fair_seconds),
+                format!("fair floor beside {name}"),
+                color.mix(0.5).stroke_width(1),
+            ),
+        ];
+        for (points, label, style) in lines {
+            time.draw_series(LineSeries::new(points.iter().copied(), style))
+                .map_err(svg)?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            time.draw_series(points.iter().map(|p| Circle::new(*p, 3, style.filled())))
+                .map_err(svg)?;
+        }
+        let rss: Vec<(f64, f64)> = rounds.iter().map(|(n, _, rss)| (*n, *rss)).collect();
+        let style = color.stroke_width(2);
+        memory
+            .draw_series(LineSeries::new(rss.iter().copied(), style))
+            .map_err(svg)?
+            .label(name.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        memory
+            .draw_series(rss.iter().map(|p| Circle::new(*p, 3, style.filled())))
+            .map_err(svg)?;
+    }
+    time.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(svg)?;
+    memory
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(svg)?;
+    root.present().map_err(svg)?;
+    Ok(())
+}
+
 /// Converged objects over time, each operator vs the fair floor, per N, as SVG: the viewer's
 /// browser draws the text, so no font has to be installed to write it.
 pub fn chart(report: &Report, path: &Path) -> Result<()> {
