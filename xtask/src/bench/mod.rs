@@ -130,7 +130,16 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
             for &n in &sizes {
                 eprintln!("bench: {n} MyApps ({}), then the floors", launch.name());
                 let round = myapp_round(&admin, &floor, &mut operator, n, n == largest, options);
-                myapp.push(round.await?);
+                let round = round.await?;
+                // The whole report is written at the end; a run stopped before (a series to
+                // 10,000 takes hours) keeps each round it finished.
+                std::fs::write(
+                    options
+                        .output
+                        .join(format!("round-{}-{n}.json", launch.name())),
+                    serde_json::to_vec_pretty(&round)?,
+                )?;
+                myapp.push(round);
             }
             if index == 0 {
                 if options.appcluster_size > 0 {
