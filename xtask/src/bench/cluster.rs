@@ -156,12 +156,19 @@ pub async fn delete_namespace(admin: &Client, name: &str) -> Result<()> {
 /// go first: the larger the namespace, the longer).
 pub async fn delete_namespace_within(admin: &Client, name: &str, within: Duration) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let started = Instant::now();
     let _ = namespaces.delete(name, &DeleteParams::background()).await;
     wait_for(within, || async {
         namespaces.get_opt(name).await.ok()?.is_none().then_some(())
     })
     .await
-    .with_context(|| format!("namespace {name} was not deleted"))
+    .with_context(|| format!("namespace {name} was not deleted"))?;
+    // Not measured, but it is most of a large round's time: the log says how much.
+    eprintln!(
+        "bench: namespace {name} deleted in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// Waits until nothing of `api` matches `selector`.

@@ -139,12 +139,17 @@ pub async fn myapp_round(
                 restarted = Some(restart_round(operator).await?);
             }
         }
-        delete_namespace_within(admin, &namespace, cleanup_within(n)).await?;
+        // Stopped before its namespace goes: otherwise each MyApp losing its children wakes a
+        // reconcile (a Pod LIST, a status write) that competes with the deletion, which took
+        // ~48 min at 10,000 with the operator running.
         operator.pause()?;
-        let floors = floor_passes(admin, floor, n, pass, options).await;
+        let floors = match delete_namespace_within(admin, &namespace, cleanup_within(n)).await {
+            Ok(()) => floor_passes(admin, floor, n, pass, options).await,
+            Err(error) => Err(error),
+        };
         operator.resume()?;
-        // It catches up on what it missed while stopped (the floors' MyApps, its own namespace's
-        // deletion): that work belongs to no round's window.
+        // It catches up on what it missed while stopped (its own namespace's deletion, the
+        // floors' MyApps): that work belongs to no round's window.
         operator.until_idle(cleanup_within(n)).await?;
         let (floor_children, (fair_children, fair_ready), fair_cpu_ms_per_myapp) = floors?;
         let OperatorPass {
