@@ -139,14 +139,14 @@ pub async fn myapp_round(
                 restarted = Some(restart_round(operator).await?);
             }
         }
-        // Stopped before its namespace goes: otherwise each MyApp losing its children wakes a
-        // reconcile (a Pod LIST, a status write) that competes with the deletion, which took
-        // ~48 min at 10,000 with the operator running.
+        // Stopped before its namespace goes, so that no reconcile of a MyApp losing its children
+        // (a Pod LIST, a status write) competes with the deletion; resumed whatever happens.
         operator.pause()?;
-        let floors = match delete_namespace_within(admin, &namespace, cleanup_within(n)).await {
-            Ok(()) => floor_passes(admin, floor, n, pass, options).await,
-            Err(error) => Err(error),
-        };
+        let floors = async {
+            delete_namespace_within(admin, &namespace, cleanup_within(n)).await?;
+            floor_passes(admin, floor, n, pass, options).await
+        }
+        .await;
         operator.resume()?;
         // It catches up on what it missed while stopped (its own namespace's deletion, the
         // floors' MyApps): that work belongs to no round's window.
