@@ -450,15 +450,19 @@ pub fn client_service(cluster: &EtcdCluster, owner: &OwnerReference) -> Service 
     }
 }
 
-/// Voluntary evictions (node drains) may take only members the quorum can spare.
+/// Voluntary evictions (node drains) may take only members the quorum can spare. An integer
+/// `minAvailable`, the form Kubernetes' docs give for Pods an operator owns: the disruption
+/// controller then counts the Pods it selects, where `maxUnavailable` has it look up the
+/// EtcdCluster's scale subresource (seen failing as `CalculateExpectedPodCountFailed`).
 pub fn disruption_budget(cluster: &EtcdCluster, owner: &OwnerReference) -> PodDisruptionBudget {
     let name = cluster.name_any();
     let size = usize::try_from(cluster.spec.size).unwrap_or(1);
-    let spare = size.saturating_sub(quorum(size));
     PodDisruptionBudget {
         metadata: meta(cluster, name.clone(), owner),
         spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(i32::try_from(spare).unwrap_or(0))),
+            min_available: Some(IntOrString::Int(
+                i32::try_from(quorum(size)).unwrap_or(i32::MAX),
+            )),
             selector: Some(LabelSelector {
                 match_labels: Some(selector_labels(&name)),
                 ..LabelSelector::default()
@@ -782,9 +786,10 @@ mod tests {
         );
         let budget = disruption_budget(&cluster, &owner).spec.unwrap();
         assert_eq!(
-            budget.max_unavailable,
-            Some(IntOrString::Int(2)),
-            "5 members spare 2"
+            budget.min_available,
+            Some(IntOrString::Int(3)),
+            "5 members keep a quorum of 3"
         );
+        assert_eq!(budget.max_unavailable, None);
     }
 }
