@@ -143,6 +143,11 @@ enum Task {
         /// growth series can go further with ours than with operators slower to run it.
         #[arg(long, value_delimiter = ',')]
         compare_sizes: Vec<usize>,
+        /// Runs on the cluster of this kubeconfig (as its admin), with each pass's namespaces
+        /// deleted after it, instead of on a control plane of the harness's own started anew
+        /// after each pass.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
     },
     /// The stateful rounds on the local control plane with a real node (started if none runs,
     /// then stopped): an EtcdCluster created with 3 members, upgraded 3.5 -> 3.6, scaled
@@ -301,13 +306,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             compare,
             compare_rbac,
             compare_sizes,
+            kubeconfig,
         } => {
             let output = if output.is_relative() {
                 repo().join(output)
             } else {
                 output
             };
-            runtime.block_on(bench_on_own_cluster(bench::Options {
+            let control_plane = match kubeconfig {
+                Some(kubeconfig) => bench::ControlPlane::Shared(kubeconfig),
+                None => bench::ControlPlane::Own(Layout {
+                    state_dir: repo().join(".local/bench-cluster"),
+                }),
+            };
+            runtime.block_on(bench_myapp(bench::Options {
                 sizes,
                 concurrency,
                 repeat,
@@ -316,7 +328,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 churn_cycles,
                 churn_size,
                 output,
-                kubeconfig: PathBuf::new(),
+                control_plane,
                 operators: compare,
                 extra_roles: compare_rbac,
                 compare_sizes,
@@ -362,9 +374,9 @@ fn path(path: &Path) -> Result<&str> {
         .with_context(|| format!("{} is not UTF-8", path.display()))
 }
 
-/// `make bench`: the operator as the image ships it (the static release binary) on a control
-/// plane of its own (started and stopped here).
-async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
+/// `make bench`: the operator as the image ships it (the static release binary), on a control
+/// plane of the harness's own (stopped here) or on the one given.
+async fn bench_myapp(mut options: bench::Options) -> Result<()> {
     let tools = Tools::ensure(&tool_sources())?;
     options.operators.insert(
         0,
@@ -373,13 +385,10 @@ async fn bench_on_own_cluster(mut options: bench::Options) -> Result<()> {
             args: Vec::new(),
         },
     );
-    let layout = Layout {
-        state_dir: repo().join(".local/bench-cluster"),
-    };
-    let cluster = Cluster::up(&layout, &tools, &ClusterOptions::default()).await?;
-    options.kubeconfig = cluster.kubeconfig.clone();
     let result = run_bench(&options, &tools).await;
-    Cluster::down(&layout)?;
+    if let bench::ControlPlane::Own(layout) = &options.control_plane {
+        Cluster::down(layout)?;
+    }
     let report = result?;
     print!("{}", bench::markdown(&report));
     Ok(())

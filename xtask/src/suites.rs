@@ -23,7 +23,7 @@ pub(crate) async fn bench_smoke(kubeconfig: &Path, tools: &Tools) -> Result<()> 
         churn_cycles: 2,
         churn_size: 10,
         output: repo().join("target/bench-smoke"),
-        kubeconfig: kubeconfig.to_owned(),
+        control_plane: bench::ControlPlane::Shared(kubeconfig.to_owned()),
         // Ours, then as `--compare` runs another operator: ours again, behind an environment
         // prefix, and one that exits at once (its failure is reported beside the others' rows).
         operators: vec![

@@ -148,22 +148,18 @@ pub async fn ensure_namespace(admin: &Client, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Deletes the namespace `name` and waits until it is gone (its objects go first), for at most
+/// 10 min.
 pub async fn delete_namespace(admin: &Client, name: &str) -> Result<()> {
-    delete_namespace_within(admin, name, Duration::from_secs(600)).await
-}
-
-/// Deletes the namespace `name` and waits until it is gone, for at most `within` (its objects
-/// go first: the larger the namespace, the longer).
-pub async fn delete_namespace_within(admin: &Client, name: &str, within: Duration) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     let started = Instant::now();
     let _ = namespaces.delete(name, &DeleteParams::background()).await;
-    wait_for(within, || async {
+    wait_for(Duration::from_secs(600), || async {
         namespaces.get_opt(name).await.ok()?.is_none().then_some(())
     })
     .await
     .with_context(|| format!("namespace {name} was not deleted"))?;
-    // Not measured, but it is most of a large round's time: the log says how much.
+    // Not measured: the log says how long it took.
     eprintln!(
         "bench: namespace {name} deleted in {:.0} s",
         started.elapsed().as_secs_f64()

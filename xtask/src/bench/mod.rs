@@ -13,6 +13,7 @@ mod copy;
 mod cpu;
 mod etcd;
 mod myapp;
+mod plane;
 mod process;
 mod report;
 mod sampledb;
@@ -29,6 +30,8 @@ use self::appcluster::{AppClusterRound, appcluster_round};
 use self::cluster::{Identity, install_crds};
 use self::etcd::{etcd_pass, warm_up};
 use self::myapp::{ChurnRound, MyAppRound, churn_round, myapp_round};
+pub use self::plane::ControlPlane;
+use self::plane::Plane;
 pub use self::process::Launch;
 use self::process::Operator;
 pub use self::report::{chart, growth_chart, markdown, stateful_markdown};
@@ -49,7 +52,7 @@ pub struct Options {
     pub churn_cycles: usize,
     pub churn_size: usize,
     pub output: PathBuf,
-    pub kubeconfig: PathBuf,
+    pub control_plane: ControlPlane,
     /// Ours first, then the operators to compare with (MyApp rounds only).
     pub operators: Vec<Launch>,
     /// ClusterRoles (YAML files) the compared operators need besides ours.
@@ -106,30 +109,31 @@ impl Report {
 
 pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Report> {
     std::fs::create_dir_all(&options.output)?;
-    let admin = local_cluster::admin_client(&options.kubeconfig).await?;
-    install_crds(&admin).await?;
-    let identity = options.output.join("operator.kubeconfig");
-    Identity {
-        kubectl: tools.bin("kubectl"),
-        admin_kubeconfig: &options.kubeconfig,
-        extra_roles: &options.extra_roles,
-    }
-    .create(&admin, &identity)
+    let mut plane = Plane::open(
+        options.control_plane.clone(),
+        tools,
+        &options.extra_roles,
+        &options.output,
+    )
     .await?;
-    let floor = local_cluster::admin_client(&identity).await?;
 
     let mut operators = Vec::new();
     let (mut appcluster, mut churn) = (None, None);
     for (index, launch) in options.operators.iter().enumerate() {
+        if index > 0 {
+            // What ours or a failed operator left (its AppCluster, an unfinished round) would
+            // be in this one's way.
+            plane.clear().await?;
+        }
         let mut myapp = Vec::new();
         let mut totals = None;
         let measured: Result<()> = async {
-            let mut operator = Operator::start(launch, &identity, &options.output).await?;
+            let mut operator = Operator::start(launch, &plane.identity, &options.output).await?;
             let sizes = options.sizes_for(index);
             let largest = sizes.iter().copied().max().unwrap_or(0);
             for &n in &sizes {
                 eprintln!("bench: {n} MyApps ({}), then the floors", launch.name());
-                let round = myapp_round(&admin, &floor, &mut operator, n, n == largest, options);
+                let round = myapp_round(&mut plane, &mut operator, n, n == largest, options);
                 let round = round.await?;
                 // The whole report is written at the end; a run stopped before (a series to
                 // 10,000 takes hours) keeps each round it finished.
@@ -147,14 +151,14 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
                         "bench: AppCluster 0 -> {} (operator), then {} Pods (floor)",
                         options.appcluster_size, options.appcluster_size
                     );
-                    appcluster = Some(appcluster_round(&admin, &floor, options).await?);
+                    appcluster = Some(appcluster_round(&plane.admin, &plane.floor, options).await?);
                 }
                 if options.churn_cycles > 0 {
                     eprintln!(
                         "bench: churn, {} cycles of {} MyApps created and deleted",
                         options.churn_cycles, options.churn_size
                     );
-                    churn = Some(churn_round(&admin, &operator, options).await?);
+                    churn = Some(churn_round(&plane.admin, &operator, options).await?);
                 }
             }
             totals = Some((operator.totals(), operator.overall_peak()));
@@ -167,8 +171,6 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
             Ok(()) => None,
             Err(error) if index > 0 => {
                 eprintln!("bench: {} failed: {error:#}", launch.name());
-                // What its unfinished round made would be in the next operator's way.
-                myapp::delete_round_namespaces(&admin).await?;
                 Some(format!("{error:#}"))
             }
             Err(error) => return Err(error),
@@ -377,7 +379,7 @@ mod tests {
             churn_cycles: 0,
             churn_size: 0,
             output: PathBuf::new(),
-            kubeconfig: PathBuf::new(),
+            control_plane: ControlPlane::Shared(PathBuf::new()),
             operators: Vec::new(),
             extra_roles: Vec::new(),
             compare_sizes: compare_sizes.to_vec(),

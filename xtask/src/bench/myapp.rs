@@ -18,10 +18,9 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use super::Options;
-use super::cluster::{
-    delete_namespace, delete_namespace_within, ensure_namespace, until_none, wait_for,
-};
+use super::cluster::{delete_namespace, ensure_namespace, until_none, wait_for};
 use super::cpu;
+use super::plane::Plane;
 use super::process::{Operator, RssParts};
 use super::watch::{ChildPairs, MyAppsConverging, Series, myapp_ready};
 
@@ -120,8 +119,7 @@ fn writes(requests: &BTreeMap<String, u64>) -> u64 {
 }
 
 pub async fn myapp_round(
-    admin: &Client,
-    floor: &Client,
+    plane: &mut Plane,
     operator: &mut Operator,
     n: usize,
     restart: bool,
@@ -132,25 +130,27 @@ pub async fn myapp_round(
     let mut restarted = None;
     for pass in 0..options.repeat {
         let namespace = format!("{OPERATOR_NAMESPACE}{n}-{pass}");
-        let measured = operator_pass(admin, operator, n, &namespace, options).await?;
+        let measured = operator_pass(&plane.admin, operator, n, &namespace, options).await?;
         if at_rest.is_none() {
             at_rest = Some(steady_state(operator, options).await);
             if restart {
                 restarted = Some(restart_round(operator).await?);
             }
         }
-        // Stopped before its namespace goes, so that no reconcile of a MyApp losing its children
-        // (a Pod LIST, a status write) competes with the deletion; resumed whatever happens.
+        // Stopped while the floors run (it would reconcile their MyApps and take CPU from
+        // them), and before its own pass's objects go, so that no reconcile of a MyApp losing
+        // its children competes with their deletion; resumed whatever happens.
         operator.pause()?;
-        let floors = async {
-            delete_namespace_within(admin, &namespace, cleanup_within(n)).await?;
-            floor_passes(admin, floor, n, pass, options).await
-        }
-        .await;
+        let floors = floor_passes(plane, n, pass, options).await;
         operator.resume()?;
-        // It catches up on what it missed while stopped (its own namespace's deletion, the
-        // floors' MyApps): that work belongs to no round's window.
-        operator.until_idle(cleanup_within(n)).await?;
+        if plane.starts_anew() {
+            // Its API server is gone: a new process on the new one, not timed.
+            operator.restart().await?;
+        } else {
+            // It catches up on what it missed while stopped (its own namespace's deletion, the
+            // floors' MyApps): that work belongs to no round's window.
+            operator.until_idle(catch_up_within(n)).await?;
+        }
         let (floor_children, (fair_children, fair_ready), fair_cpu_ms_per_myapp) = floors?;
         let OperatorPass {
             children: operator_children,
@@ -200,10 +200,9 @@ pub async fn myapp_round(
 /// How long an operator may take to become idle after a restart.
 const IDLE_WITHIN: Duration = Duration::from_secs(300);
 
-/// How long a round's namespace may take to go, and the operator to catch up after the floors
-/// (its own namespace's deletion included): both grow with N (a 10,000 round holds 50,000
-/// objects).
-fn cleanup_within(n: usize) -> Duration {
+/// How long the operator may take to catch up after the floors on a shared plane (its own
+/// namespace's deletion included): it grows with N.
+fn catch_up_within(n: usize) -> Duration {
     convergence_timeout(n).max(Duration::from_secs(600))
 }
 
@@ -227,23 +226,23 @@ pub async fn delete_round_namespaces(admin: &Client) -> Result<()> {
     Ok(())
 }
 
-/// The floor, then the fair floor (with the CPU per MyApp its pass took, by process), each in a
-/// namespace of its own, deleted after it.
+/// The operator pass's objects cleared; the floor, then the fair floor (with the CPU per MyApp
+/// its pass took, by process), each in a namespace of its own and cleared after it.
 async fn floor_passes(
-    admin: &Client,
-    floor: &Client,
+    plane: &mut Plane,
     n: usize,
     pass: usize,
     options: &Options,
 ) -> Result<(Series, (Series, Series), BTreeMap<String, f64>)> {
+    plane.clear().await?;
     let namespace = format!("{FLOOR_NAMESPACE}{n}-{pass}");
-    let floor_children = floor_pass(admin, floor, n, &namespace, options).await?;
-    delete_namespace_within(admin, &namespace, cleanup_within(n)).await?;
+    let floor_children = floor_pass(&plane.admin, &plane.floor, n, &namespace, options).await?;
+    plane.clear().await?;
     let namespace = format!("{FAIR_NAMESPACE}{n}-{pass}");
     let cpu_before = cpu::sample();
-    let fair = fair_floor_pass(admin, floor, n, &namespace, options).await?;
+    let fair = fair_floor_pass(&plane.admin, &plane.floor, n, &namespace, options).await?;
     let fair_cpu = cpu::per_myapp_ms(&cpu_before, &cpu::sample(), n);
-    delete_namespace_within(admin, &namespace, cleanup_within(n)).await?;
+    plane.clear().await?;
     Ok((floor_children, fair, fair_cpu))
 }
 
@@ -330,7 +329,7 @@ async fn create_myapps(
     Ok(())
 }
 
-fn new_myapp(name: &str) -> Result<MyApp> {
+pub fn new_myapp(name: &str) -> Result<MyApp> {
     Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": "example.com/v1", "kind": "MyApp",
         "metadata": { "name": name },
