@@ -120,11 +120,6 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
     let mut operators = Vec::new();
     let (mut appcluster, mut churn) = (None, None);
     for (index, launch) in options.operators.iter().enumerate() {
-        if index > 0 {
-            // What ours or a failed operator left (its AppCluster, an unfinished round) would
-            // be in this one's way.
-            plane.clear().await?;
-        }
         let mut myapp = Vec::new();
         let mut totals = None;
         let measured: Result<()> = async {
@@ -165,6 +160,9 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
             Ok(())
         }
         .await;
+        // Each operator leaves the plane empty: what it made (its AppCluster, an unfinished
+        // round) would be in the next one's way, or stay on a cluster the harness was given.
+        let cleared = plane.clear().await;
         // Ours is what is measured: without it there is nothing to compare with. A compared
         // operator that fails keeps the rounds it finished and says why beside them.
         let failure = match measured {
@@ -175,6 +173,7 @@ pub async fn run(options: &Options, tools: &local_cluster::Tools) -> Result<Repo
             }
             Err(error) => return Err(error),
         };
+        cleared?;
         let ((cpu_seconds, requests_by_method), peak_rss_mib) = totals.unwrap_or_default();
         operators.push(OperatorRun {
             name: launch.name().to_owned(),
