@@ -44,16 +44,13 @@ pub struct Plane {
 }
 
 impl Plane {
-    /// Starts the harness's own control plane (if it has one) and prepares it.
+    /// Starts the harness's own control plane (if it has one) and prepares it ([`prepare`]).
     pub async fn open(
         control_plane: ControlPlane,
         tools: &Tools,
         extra_roles: &[PathBuf],
         output: &Path,
     ) -> Result<Plane> {
-        if let ControlPlane::Own(layout) = &control_plane {
-            Cluster::up(layout, tools, &ClusterOptions::default()).await?;
-        }
         let identity = output.join("operator.kubeconfig");
         let (admin, floor) = prepare(&control_plane, tools, extra_roles, &identity).await?;
         Ok(Plane {
@@ -80,7 +77,6 @@ impl Plane {
         };
         let started = Instant::now();
         Cluster::down(layout)?;
-        Cluster::up(layout, &self.tools, &ClusterOptions::default()).await?;
         (self.admin, self.floor) = prepare(
             &self.control_plane,
             &self.tools,
@@ -97,8 +93,9 @@ impl Plane {
     }
 }
 
-/// CRDs, the operator's identity (its kubeconfig written to `identity`), the admin's and the
-/// identity's clients; on a new plane, until the identity may create children owned by a MyApp.
+/// The harness's own plane started; the CRDs, the operator's identity (its kubeconfig written to
+/// `identity`), the admin's and the identity's clients; on a new plane, until the identity may
+/// create children owned by a MyApp.
 async fn prepare(
     control_plane: &ControlPlane,
     tools: &Tools,
@@ -107,7 +104,11 @@ async fn prepare(
 ) -> Result<(Client, Client)> {
     let admin_kubeconfig = match control_plane {
         ControlPlane::Shared(kubeconfig) => kubeconfig.clone(),
-        ControlPlane::Own(layout) => layout.kubeconfig(),
+        ControlPlane::Own(layout) => {
+            Cluster::up(layout, tools, &ClusterOptions::default())
+                .await?
+                .kubeconfig
+        }
     };
     let admin = local_cluster::admin_client(&admin_kubeconfig).await?;
     install_crds(&admin).await?;
