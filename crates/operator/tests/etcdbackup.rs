@@ -594,12 +594,14 @@ async fn two_backups_of_one_cluster_take_turns() {
     }
     let mut spans: Vec<(Timestamp, Timestamp)> = Vec::new();
     for name in ["first", "second"] {
-        let job = jobs(&s.ns, name).await.remove(0);
-        let status = job.status.unwrap();
-        spans.push((
-            status.start_time.unwrap().0,
-            status.completion_time.unwrap().0,
-        ));
+        // A backup succeeds with its Job's Pod; the Job's completion is written after it.
+        let span = eventually(SLOW, &format!("{name}'s Job complete"), || async {
+            let job = jobs(&s.ns, name).await.pop()?;
+            let status = job.status?;
+            Some((status.start_time?.0, status.completion_time?.0))
+        })
+        .await;
+        spans.push(span);
     }
     spans.sort();
     assert!(

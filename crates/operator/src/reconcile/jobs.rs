@@ -162,10 +162,20 @@ impl SeenJob {
         }
     }
 
-    /// A failed Job's failure with what its container said last (the termination message of
-    /// its newest failed Pod among `pods`): "backup file … not found", not only "reached the
-    /// specified backoff limit". A running Job's, when a Pod of it failed, in `retrying_after`.
-    pub fn explained_by<'a>(mut self, pods: impl IntoIterator<Item = &'a Pod>) -> SeenJob {
+    /// The Job as its Pods show it. A running Job one of whose Pods succeeded has succeeded,
+    /// when that Pod's containers ended (ours run one completion): the Job controller writes
+    /// `Complete` seconds later (it batches Pod updates for a second, then removes its tracking
+    /// finalizers from the Pods before it writes the condition). A succeeded Job's time is its
+    /// Pod's whenever the Pod is seen, so the time does not move when `Complete` arrives (nor
+    /// the outcome, if the Job's deadline passed while it counted the Pod: the work was done). A
+    /// failed Job's failure comes with what its container said last (the termination message of
+    /// its newest failed Pod): "backup file … not found", not only "reached the specified
+    /// backoff limit"; a running Job's, when a Pod of it failed, in `retrying_after`.
+    pub fn with_pods<'a>(mut self, pods: impl IntoIterator<Item = &'a Pod> + Clone) -> SeenJob {
+        if let Some(ended) = succeeded_at(pods.clone(), &self.name) {
+            self.state = JobState::Succeeded(Some(ended));
+            return self;
+        }
         let said = last_words(pods, &self.name);
         match &mut self.state {
             JobState::Failed { message, .. } => {
@@ -189,16 +199,36 @@ impl SeenJob {
     }
 }
 
+/// The Pods among `pods` that Job `job` made.
+fn of_job<'a>(pods: impl IntoIterator<Item = &'a Pod>, job: &str) -> impl Iterator<Item = &'a Pod> {
+    pods.into_iter().filter(move |pod| {
+        pod.labels()
+            .get("batch.kubernetes.io/job-name")
+            .map(String::as_str)
+            == Some(job)
+    })
+}
+
+/// When the last container of a succeeded Pod of Job `job` ended.
+fn succeeded_at<'a>(pods: impl IntoIterator<Item = &'a Pod>, job: &str) -> Option<Time> {
+    of_job(pods, job)
+        .filter_map(|pod| pod.status.as_ref())
+        .filter(|status| status.phase.as_deref() == Some("Succeeded"))
+        .filter_map(|status| {
+            status
+                .container_statuses
+                .iter()
+                .flatten()
+                .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.clone())
+                .max_by_key(|at| at.0)
+        })
+        .min_by_key(|at| at.0)
+}
+
 /// The last line a failed container of Job `job` left in its termination message (with
 /// `FallbackToLogsOnError`, the tail of its log), from the newest such Pod.
 fn last_words<'a>(pods: impl IntoIterator<Item = &'a Pod>, job: &str) -> Option<String> {
-    pods.into_iter()
-        .filter(|pod| {
-            pod.labels()
-                .get("batch.kubernetes.io/job-name")
-                .map(String::as_str)
-                == Some(job)
-        })
+    of_job(pods, job)
         .filter_map(|pod| {
             let statuses = pod.status.as_ref()?;
             let containers = statuses
@@ -339,6 +369,49 @@ mod tests {
         .expect("a Pod")
     }
 
+    fn succeeded_pod(job: &str, finished_at: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": { "name": format!("{job}-y"), "labels": { "batch.kubernetes.io/job-name": job } },
+            "status": { "phase": "Succeeded", "containerStatuses": [{
+                "name": "backup", "image": "etcd", "imageID": "", "ready": false, "restartCount": 0,
+                "state": { "terminated": { "exitCode": 0, "finishedAt": finished_at } }
+            }]}
+        }))
+        .expect("a Pod")
+    }
+
+    fn at(time: &str) -> Option<Time> {
+        Some(Time(time.parse().expect("a time")))
+    }
+
+    #[test]
+    fn a_job_whose_pod_succeeded_succeeded_then() {
+        let pods = [
+            succeeded_pod("backup-1", "2026-12-04T10:00:05Z"),
+            succeeded_pod("other", "2026-12-04T09:00:00Z"),
+        ];
+        let running = SeenJob::new("backup-1", JobState::Running);
+        assert_eq!(
+            running.with_pods(&pods).state,
+            JobState::Succeeded(at("2026-12-04T10:00:05Z")),
+            "before the Job controller writes Complete"
+        );
+        let complete = SeenJob::new("backup-1", JobState::Succeeded(at("2026-12-04T10:00:07Z")));
+        assert_eq!(
+            complete.clone().with_pods(&pods).state,
+            JobState::Succeeded(at("2026-12-04T10:00:05Z")),
+            "the time recorded before Complete arrived does not move"
+        );
+        assert_eq!(
+            complete.clone().with_pods(&pods[1..]).state,
+            complete.state,
+            "without its Pod, the Job's own completion"
+        );
+        let still =
+            SeenJob::new("backup-1", JobState::Running).with_pods(&[pod("backup-1", 1, "x")]);
+        assert_eq!(still.state, JobState::Running, "a failed Pod is no success");
+    }
+
     #[test]
     fn a_failed_job_says_what_its_container_said_last() {
         let pods = [
@@ -349,7 +422,7 @@ mod tests {
             ),
             pod("other", 1, "not this one"),
         ];
-        let JobState::Failed { message, .. } = failed_job().explained_by(&pods).state else {
+        let JobState::Failed { message, .. } = failed_job().with_pods(&pods).state else {
             panic!("still failed");
         };
         assert_eq!(
@@ -357,7 +430,7 @@ mod tests {
             "Job has reached the specified backoff limit; its container said: restore.sh: backup file /backups/x.dump not found"
         );
         let quiet = [pod("db-restore", 0, "all good")];
-        let JobState::Failed { message, .. } = failed_job().explained_by(&quiet).state else {
+        let JobState::Failed { message, .. } = failed_job().with_pods(&quiet).state else {
             panic!("still failed");
         };
         assert_eq!(
@@ -375,9 +448,9 @@ mod tests {
             "restore.sh: PostgreSQL at db:5432 did not accept connections within 60 s",
         )];
         assert_eq!(
-            running().explained_by(&pods).retrying_after.as_deref(),
+            running().with_pods(&pods).retrying_after.as_deref(),
             Some("restore.sh: PostgreSQL at db:5432 did not accept connections within 60 s")
         );
-        assert_eq!(running().explained_by(&[]).retrying_after, None);
+        assert_eq!(running().with_pods(&[]).retrying_after, None);
     }
 }

@@ -585,7 +585,7 @@ fn desired(backup: &EtcdBackup) -> Desired {
 /// is in its annotations (the Job's containers cannot report back: the image has no shell).
 fn backup_job(job: &Job, pods: &[Arc<Pod>]) -> BackupJob {
     let annotation = |key: &str| job.annotations().get(key).cloned().unwrap_or_default();
-    let seen = SeenJob::of(job).explained_by(pods.iter().map(AsRef::as_ref));
+    let seen = SeenJob::of(job).with_pods(pods.iter().map(AsRef::as_ref));
     BackupJob {
         tick: annotation(TICK_ANNOTATION).parse().ok(),
         skipped: annotation(SKIPPED_ANNOTATION).parse().unwrap_or(0),

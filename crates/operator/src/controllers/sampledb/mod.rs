@@ -189,7 +189,7 @@ impl SampleDBReconciler {
         let jobs = ours(&self.jobs, namespace, &context.name);
         let own_pods = ours(&self.pods, namespace, &context.name);
         // A failed Job is seen with what its container said last (PostgreSQL's own error).
-        let seen = |job: &Job| SeenJob::of(job).explained_by(own_pods.iter().map(AsRef::as_ref));
+        let seen = |job: &Job| SeenJob::of(job).with_pods(own_pods.iter().map(AsRef::as_ref));
         let with_role = |kind: JobKind| {
             jobs.iter()
                 .filter(move |job| role(job.as_ref()) == Some(kind.label()))
