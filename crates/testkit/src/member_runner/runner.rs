@@ -436,27 +436,35 @@ impl Runner {
                 return;
             }
         };
-        let mut state = lock(&self.state);
-        if !state.settle(&key, &pod.uid().unwrap_or_default()) {
+        let started = {
+            let mut state = lock(&self.state);
             // The Pod went while it started: dropping the process kills it.
-            return;
+            let current = state.settle(&key, &pod.uid().unwrap_or_default());
+            if current {
+                state.starts.push(Start {
+                    pod: pod_name(&args).to_owned(),
+                    version,
+                    cluster_state: flag(&args, "--initial-cluster-state")
+                        .unwrap_or("new")
+                        .to_owned(),
+                    members_before,
+                });
+                state.running.insert(
+                    key.clone(),
+                    Running {
+                        process,
+                        image: image.clone(),
+                        args,
+                    },
+                );
+            }
+            current
+        };
+        if started && !run_init {
+            // Its own task: settling the work above dropped what this one's end is tied to.
+            let (pods, container) = (self.pods.clone(), container.name.clone());
+            tokio::spawn(async move { restarted(&pods, &key, &container, &image).await });
         }
-        state.starts.push(Start {
-            pod: pod_name(&args).to_owned(),
-            version,
-            cluster_state: flag(&args, "--initial-cluster-state")
-                .unwrap_or("new")
-                .to_owned(),
-            members_before,
-        });
-        state.running.insert(
-            key,
-            Running {
-                process,
-                image,
-                args,
-            },
-        );
     }
 
     /// Marks Pods whose member process died `Failed`, as a kubelet does for
@@ -559,11 +567,9 @@ pub(super) async fn fail(pods: &Api<Pod>, key: &str, message: &str) {
 /// `Failed` with `failure` as its message, else `Succeeded`; each container in `ended`
 /// terminated with its exit code.
 pub(super) async fn report(pods: &Api<Pod>, key: &str, ended: &[Ended], failure: Option<&str>) {
-    let Some((namespace, pod)) = key.split_once('/') else {
+    let Some((pods, pod)) = of_namespace(pods, key) else {
         return;
     };
-    // `pods` may span all namespaces.
-    let pods: Api<Pod> = Api::namespaced(pods.clone().into_client(), namespace);
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let mut status = serde_json::Map::new();
     let phase = if failure.is_some() {
@@ -609,4 +615,27 @@ pub(super) async fn report(pods: &Api<Pod>, key: &str, ended: &[Ended], failure:
     let _ = pods
         .patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await;
+}
+
+/// Reports the Pod `key`'s `container` running on `image`, as a kubelet does once it has
+/// restarted it after an in-place image change (until then the Pod shows the old container).
+async fn restarted(pods: &Api<Pod>, key: &str, container: &str, image: &str) {
+    let Some((pods, pod)) = of_namespace(pods, key) else {
+        return;
+    };
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = json!({ "status": { "containerStatuses": [{
+        "name": container, "image": image, "imageID": "", "ready": true, "restartCount": 0,
+        "started": true, "state": { "running": { "startedAt": now } }
+    }]}});
+    let _ = pods
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await;
+}
+
+/// The Pods of the namespace of Pod `key` (`namespace/name`; `pods` may span all of them), and
+/// its name.
+fn of_namespace<'a>(pods: &Api<Pod>, key: &'a str) -> Option<(Api<Pod>, &'a str)> {
+    let (namespace, pod) = key.split_once('/')?;
+    Some((Api::namespaced(pods.clone().into_client(), namespace), pod))
 }

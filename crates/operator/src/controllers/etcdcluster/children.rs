@@ -24,6 +24,7 @@ use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// The member's etcd version, as the coreos operator annotated it.
 pub const VERSION_ANNOTATION: &str = "etcd.version";
+const CONTAINER: &str = "etcd";
 const DATA_VOLUME: &str = "etcd-data";
 const DATA_MOUNT: &str = "/var/etcd";
 pub const DATA_DIR: &str = "/var/etcd/data";
@@ -302,7 +303,7 @@ pub fn member_pod(cluster: &EtcdCluster, owner: &OwnerReference, member: &Member
                 affinity: policy.affinity.clone(),
                 init_containers: non_empty_vec(init_containers),
                 containers: vec![Container {
-                    name: "etcd".into(),
+                    name: CONTAINER.into(),
                     image: Some(image),
                     command: Some(command),
                     env: non_empty_vec(policy.etcd_env.clone()),
@@ -377,6 +378,27 @@ pub fn data_claim(pod: &Pod) -> Option<String> {
 /// The etcd version a member Pod's image runs (from the annotation the operator sets with it).
 pub fn pod_version(pod: &Pod) -> Option<Version> {
     Version::parse(pod.annotations().get(VERSION_ANNOTATION)?)
+}
+
+/// The kubelet has reported the member container the Pod's spec names: after its image is
+/// changed, the Pod shows the old container (and its `Ready`) until the kubelet has restarted it
+/// (a second or two), and the Pod's `observedGeneration` moves before that too. Compared without
+/// the registry, which the kubelet reports normalized (`etcd:v3.6.16`, tag included).
+pub fn runs_its_image(pod: &Pod) -> bool {
+    let last = |image: &str| image.rsplit('/').next().map(str::to_owned);
+    let wanted = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .find(|c| c.name == CONTAINER)
+        .and_then(|c| last(c.image.as_deref()?));
+    let reported = pod
+        .status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .find(|c| c.name == CONTAINER)
+        .and_then(|c| last(&c.image));
+    wanted.is_some() && wanted == reported
 }
 
 /// Secret `secret` mounted read-only at `dir`.
@@ -494,6 +516,30 @@ mod tests {
         cluster.metadata.uid = Some("uid-1".into());
         let owner = crate::reconcile::apply::controller_reference(&cluster).unwrap();
         (cluster, owner)
+    }
+
+    #[test]
+    fn a_member_runs_its_image_once_the_kubelet_reports_the_restarted_container() {
+        let pod = |spec: &str, reported: Option<&str>| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "spec": { "containers": [{ "name": "etcd", "image": spec }] },
+                "status": { "containerStatuses": reported.map(|image| vec![serde_json::json!({
+                    "name": "etcd", "image": image, "imageID": "", "ready": true, "restartCount": 0
+                })]) }
+            }))
+            .unwrap()
+        };
+        let new = "gcr.io/etcd-development/etcd:v3.6.16";
+        assert!(!runs_its_image(&pod(
+            new,
+            Some("gcr.io/etcd-development/etcd:v3.5.35")
+        )));
+        assert!(!runs_its_image(&pod(new, None)), "not started yet");
+        assert!(runs_its_image(&pod(new, Some(new))));
+        assert!(
+            runs_its_image(&pod("etcd:v3.6.16", Some("docker.io/library/etcd:v3.6.16"))),
+            "the kubelet reports short names normalized"
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ use kube::runtime::reflector::Store;
 use serde_json::json;
 
 pub use self::children::CLUSTER_LABEL;
-use self::children::{ClusterState, MemberPod as MemberPodSpec, pod_version};
+use self::children::{ClusterState, MemberPod as MemberPodSpec, pod_version, runs_its_image};
 use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
 use super::appcluster::pods::is_ready;
 use super::{Wiring, bucket};
@@ -224,7 +224,6 @@ fn restored_from(pod: &Pod) -> Option<RestoreStatus> {
     serde_json::from_str(pod.annotations().get(RESTORED_FROM_ANNOTATION)?).ok()
 }
 
-/// A member Pod as the plan sees it.
 /// A member Pod as the plan sees it; `claims` and `deleting` are the data claims that stay and
 /// those being deleted.
 fn member_pod(pod: &Pod, claims: &[String], deleting: &[String]) -> MemberPod {
@@ -237,7 +236,7 @@ fn member_pod(pod: &Pod, claims: &[String], deleting: &[String]) -> MemberPod {
         version: pod_version(pod),
         keeps_data: claim.as_ref().is_some_and(|claim| claims.contains(claim)),
         losing_data: claim.is_some_and(|claim| deleting.contains(&claim)),
-        ready: is_ready(pod),
+        ready: is_ready(pod) && runs_its_image(pod),
     }
 }
 

@@ -23,8 +23,9 @@ pub struct MemberPod {
     pub keeps_data: bool,
     /// Its claim is being deleted: once the Pod goes, so does its data.
     pub losing_data: bool,
-    /// The kubelet's probes (the member's own `/health`) pass: it serves, whether or not the
-    /// operator can reach it.
+    /// The kubelet's probes (the member's own `/health`) pass on the container its spec names
+    /// (not the one before an image change): it serves, whether or not the operator can reach
+    /// it.
     pub ready: bool,
 }
 
