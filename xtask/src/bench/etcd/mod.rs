@@ -471,7 +471,9 @@ async fn leave(pods: &Api<Pod>, running: &[String], target: &[String]) -> Result
 }
 
 /// Sets the image of every member Pod that runs another one, one member at a time and the leader
-/// last (as `kubectl set image` would), each once it answers on `version` before the next.
+/// last (as `kubectl set image` would), each once it answers on `version` and its restarted
+/// container is Ready (back in the client Service, as the operator waits for) before the next.
+/// Until the kubelet reports the restart, the Pod still shows the old container's Ready.
 async fn upgrade(pods: &Api<Pod>, image: &str, version: &str) -> Result<()> {
     loop {
         let listed = pods.list(&selector()).await?.items;
@@ -480,9 +482,9 @@ async fn upgrade(pods: &Api<Pod>, image: &str, version: &str) -> Result<()> {
             let endpoint = endpoints(std::slice::from_ref(pod));
             let status = call_any(&endpoint, "/v3/maintenance/status", json!({})).await?;
             let leads = status["leader"] == status["header"]["member_id"];
-            stale.push((leads, pod.name_any(), endpoint));
+            stale.push((leads, pod.name_any(), endpoint, container_id(pod)));
         }
-        let Some((_, name, endpoint)) = stale.into_iter().min() else {
+        let Some((_, name, endpoint, old_container)) = stale.into_iter().min() else {
             return Ok(());
         };
         let patch = json!({ "spec": { "containers": [{ "name": "etcd", "image": image }] } });
@@ -493,11 +495,25 @@ async fn upgrade(pods: &Api<Pod>, image: &str, version: &str) -> Result<()> {
                 .await
                 .ok()?;
             let pod = pods.get(&name).await.ok()?;
-            (status["version"] == version && testkit::running_and_ready(&pod)).then_some(())
+            let restarted = container_id(&pod).is_some() && container_id(&pod) != old_container;
+            (status["version"] == version && restarted && testkit::running_and_ready(&pod))
+                .then_some(())
         })
         .await
         .with_context(|| format!("{name} did not come back on {version}"))?;
     }
+}
+
+/// The ID of the member container the kubelet last reported.
+fn container_id(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == "etcd")?
+        .container_id
+        .clone()
 }
 
 fn image_of(pod: &Pod) -> Option<&str> {
