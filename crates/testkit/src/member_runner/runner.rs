@@ -623,10 +623,11 @@ async fn restarted(pods: &Api<Pod>, key: &str, container: &str, image: &str) {
     let Some((pods, pod)) = of_namespace(pods, key) else {
         return;
     };
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let now = k8s_openapi::jiff::Timestamp::now();
     let patch = json!({ "status": { "containerStatuses": [{
         "name": container, "image": image, "imageID": "", "ready": true, "restartCount": 0,
-        "started": true, "state": { "running": { "startedAt": now } }
+        "containerID": format!("member-runner://{key}/{}", now.as_nanosecond()),
+        "started": true, "state": { "running": { "startedAt": now.to_string() } }
     }]}});
     let _ = pods
         .patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))

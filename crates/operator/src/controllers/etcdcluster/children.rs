@@ -22,6 +22,9 @@ use crate::etcd::version::Version;
 use crate::etcd::{image, quorum};
 use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 
+/// The member container an in-place upgrade replaces (its ID), until the kubelet reports the new
+/// one.
+pub const REPLACED_CONTAINER_ANNOTATION: &str = "etcd.database.coreos.com/replaced-container";
 /// The member's etcd version, as the coreos operator annotated it.
 pub const VERSION_ANNOTATION: &str = "etcd.version";
 const CONTAINER: &str = "etcd";
@@ -380,25 +383,27 @@ pub fn pod_version(pod: &Pod) -> Option<Version> {
     Version::parse(pod.annotations().get(VERSION_ANNOTATION)?)
 }
 
-/// The kubelet has reported the member container the Pod's spec names: after its image is
-/// changed, the Pod shows the old container (and its `Ready`) until the kubelet has restarted it
-/// (a second or two), and the Pod's `observedGeneration` moves before that too. Compared without
-/// the registry, which the kubelet reports normalized (`etcd:v3.6.16`, tag included).
+/// The ID of the member container the kubelet last reported (`None`: none started yet).
+pub fn container_id(pod: &Pod) -> Option<&str> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let id = statuses
+        .iter()
+        .find(|c| c.name == CONTAINER)?
+        .container_id
+        .as_deref()?;
+    Some(id).filter(|id| !id.is_empty())
+}
+
+/// The kubelet has reported the member container that replaced the one an image change (the
+/// upgrade's patch names it in [`REPLACED_CONTAINER_ANNOTATION`]) made obsolete: until the
+/// kubelet has restarted it (a second or two), the Pod shows the old container and its `Ready`,
+/// and its `observedGeneration` moves before that too. By ID, not by image: the kubelet reports
+/// one of the image's tags, not necessarily the spec's.
 pub fn runs_its_image(pod: &Pod) -> bool {
-    let last = |image: &str| image.rsplit('/').next().map(str::to_owned);
-    let wanted = pod
-        .spec
-        .iter()
-        .flat_map(|s| &s.containers)
-        .find(|c| c.name == CONTAINER)
-        .and_then(|c| last(c.image.as_deref()?));
-    let reported = pod
-        .status
-        .iter()
-        .flat_map(|s| s.container_statuses.iter().flatten())
-        .find(|c| c.name == CONTAINER)
-        .and_then(|c| last(&c.image));
-    wanted.is_some() && wanted == reported
+    match pod.annotations().get(REPLACED_CONTAINER_ANNOTATION) {
+        Some(replaced) => container_id(pod).is_some_and(|id| id != replaced),
+        None => true,
+    }
 }
 
 /// Secret `secret` mounted read-only at `dir`.
@@ -520,25 +525,33 @@ mod tests {
 
     #[test]
     fn a_member_runs_its_image_once_the_kubelet_reports_the_restarted_container() {
-        let pod = |spec: &str, reported: Option<&str>| -> Pod {
+        let pod = |replaced: Option<&str>, reported: Option<&str>| -> Pod {
             serde_json::from_value(serde_json::json!({
-                "spec": { "containers": [{ "name": "etcd", "image": spec }] },
-                "status": { "containerStatuses": reported.map(|image| vec![serde_json::json!({
-                    "name": "etcd", "image": image, "imageID": "", "ready": true, "restartCount": 0
-                })]) }
+                "metadata": { "annotations": replaced.map(|id| serde_json::json!({
+                    REPLACED_CONTAINER_ANNOTATION: id
+                })) },
+                "status": { "containerStatuses": [{
+                    "name": "etcd", "image": "etcd", "imageID": "", "ready": true,
+                    "restartCount": 0, "containerID": reported
+                }] }
             }))
             .unwrap()
         };
-        let new = "gcr.io/etcd-development/etcd:v3.6.16";
-        assert!(!runs_its_image(&pod(
-            new,
-            Some("gcr.io/etcd-development/etcd:v3.5.35")
-        )));
-        assert!(!runs_its_image(&pod(new, None)), "not started yet");
-        assert!(runs_its_image(&pod(new, Some(new))));
         assert!(
-            runs_its_image(&pod("etcd:v3.6.16", Some("docker.io/library/etcd:v3.6.16"))),
-            "the kubelet reports short names normalized"
+            runs_its_image(&pod(None, Some("containerd://a"))),
+            "never upgraded"
+        );
+        assert!(
+            !runs_its_image(&pod(Some("containerd://a"), Some("containerd://a"))),
+            "the replaced container is still reported"
+        );
+        assert!(runs_its_image(&pod(
+            Some("containerd://a"),
+            Some("containerd://b")
+        )));
+        assert!(
+            !runs_its_image(&pod(Some(""), None)),
+            "replaced before any ID was reported (kwok): not until one is"
         );
     }
 

@@ -33,7 +33,10 @@ use kube::runtime::reflector::Store;
 use serde_json::json;
 
 pub use self::children::CLUSTER_LABEL;
-use self::children::{ClusterState, MemberPod as MemberPodSpec, pod_version, runs_its_image};
+use self::children::{
+    ClusterState, MemberPod as MemberPodSpec, REPLACED_CONTAINER_ANNOTATION, container_id,
+    pod_version, runs_its_image,
+};
 use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
 use super::appcluster::pods::is_ready;
 use super::{Wiring, bucket};
@@ -644,7 +647,9 @@ impl EtcdClusterReconciler {
     }
 
     /// Moves a member's Pod to `version` in place: the kubelet restarts its container with the
-    /// new image on the same data, so the member keeps its ID (as the coreos operator did).
+    /// new image on the same data, so the member keeps its ID (as the coreos operator did). The
+    /// Pod names the container replaced, so that the member counts as ready only once the
+    /// kubelet reports another.
     async fn upgrade(
         &self,
         context: &Target<'_, EtcdCluster>,
@@ -652,8 +657,14 @@ impl EtcdClusterReconciler {
         version: &Version,
     ) -> Result<(), Error> {
         let pods: Api<Pod> = Api::namespaced(context.shared.client.clone(), &context.namespace);
+        let replaced = cached(&self.pods, pod, &context.namespace)
+            .and_then(|pod| container_id(&pod).map(str::to_owned))
+            .unwrap_or_default();
         let patch = json!({
-            "metadata": { "annotations": { VERSION_ANNOTATION: version.to_string() } },
+            "metadata": { "annotations": {
+                VERSION_ANNOTATION: version.to_string(),
+                REPLACED_CONTAINER_ANNOTATION: replaced,
+            } },
             "spec": { "containers": [{
                 "name": "etcd",
                 "image": crate::etcd::image(&context.object.spec.repository, version),
