@@ -27,7 +27,8 @@ use crate::reconcile::{MANAGED_BY, MANAGED_BY_LABEL};
 pub const REPLACED_CONTAINER_ANNOTATION: &str = "etcd.database.coreos.com/replaced-container";
 /// The member's etcd version, as the coreos operator annotated it.
 pub const VERSION_ANNOTATION: &str = "etcd.version";
-const CONTAINER: &str = "etcd";
+/// The member container's name.
+pub const CONTAINER: &str = "etcd";
 const DATA_VOLUME: &str = "etcd-data";
 const DATA_MOUNT: &str = "/var/etcd";
 pub const DATA_DIR: &str = "/var/etcd/data";
@@ -394,12 +395,12 @@ pub fn container_id(pod: &Pod) -> Option<&str> {
     Some(id).filter(|id| !id.is_empty())
 }
 
-/// The kubelet has reported the member container that replaced the one an image change (the
-/// upgrade's patch names it in [`REPLACED_CONTAINER_ANNOTATION`]) made obsolete: until the
+/// The kubelet has reported another member container than the one an image change (the
+/// upgrade's patch names it in [`REPLACED_CONTAINER_ANNOTATION`]) replaced, if any: until the
 /// kubelet has restarted it (a second or two), the Pod shows the old container and its `Ready`,
 /// and its `observedGeneration` moves before that too. By ID, not by image: the kubelet reports
 /// one of the image's tags, not necessarily the spec's.
-pub fn runs_its_image(pod: &Pod) -> bool {
+pub fn replaced_container_gone(pod: &Pod) -> bool {
     match pod.annotations().get(REPLACED_CONTAINER_ANNOTATION) {
         Some(replaced) => container_id(pod).is_some_and(|id| id != replaced),
         None => true,
@@ -524,7 +525,7 @@ mod tests {
     }
 
     #[test]
-    fn a_member_runs_its_image_once_the_kubelet_reports_the_restarted_container() {
+    fn a_replaced_member_container_is_gone_once_the_kubelet_reports_another() {
         let pod = |replaced: Option<&str>, reported: Option<&str>| -> Pod {
             serde_json::from_value(serde_json::json!({
                 "metadata": { "annotations": replaced.map(|id| serde_json::json!({
@@ -538,19 +539,19 @@ mod tests {
             .unwrap()
         };
         assert!(
-            runs_its_image(&pod(None, Some("containerd://a"))),
+            replaced_container_gone(&pod(None, Some("containerd://a"))),
             "never upgraded"
         );
         assert!(
-            !runs_its_image(&pod(Some("containerd://a"), Some("containerd://a"))),
+            !replaced_container_gone(&pod(Some("containerd://a"), Some("containerd://a"))),
             "the replaced container is still reported"
         );
-        assert!(runs_its_image(&pod(
+        assert!(replaced_container_gone(&pod(
             Some("containerd://a"),
             Some("containerd://b")
         )));
         assert!(
-            !runs_its_image(&pod(Some(""), None)),
+            !replaced_container_gone(&pod(Some(""), None)),
             "replaced before any ID was reported (kwok): not until one is"
         );
     }

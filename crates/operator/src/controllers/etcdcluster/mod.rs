@@ -34,8 +34,8 @@ use serde_json::json;
 
 pub use self::children::CLUSTER_LABEL;
 use self::children::{
-    ClusterState, MemberPod as MemberPodSpec, REPLACED_CONTAINER_ANNOTATION, container_id,
-    pod_version, runs_its_image,
+    CONTAINER, ClusterState, MemberPod as MemberPodSpec, REPLACED_CONTAINER_ANNOTATION,
+    container_id, pod_version, replaced_container_gone,
 };
 use self::plan::{Desired, Member, MemberPod, Membership, Observed, Step, plan};
 use super::appcluster::pods::is_ready;
@@ -239,7 +239,7 @@ fn member_pod(pod: &Pod, claims: &[String], deleting: &[String]) -> MemberPod {
         version: pod_version(pod),
         keeps_data: claim.as_ref().is_some_and(|claim| claims.contains(claim)),
         losing_data: claim.is_some_and(|claim| deleting.contains(&claim)),
-        ready: is_ready(pod) && runs_its_image(pod),
+        ready: is_ready(pod) && replaced_container_gone(pod),
     }
 }
 
@@ -666,7 +666,7 @@ impl EtcdClusterReconciler {
                 REPLACED_CONTAINER_ANNOTATION: replaced,
             } },
             "spec": { "containers": [{
-                "name": "etcd",
+                "name": CONTAINER,
                 "image": crate::etcd::image(&context.object.spec.repository, version),
             }]},
         });
