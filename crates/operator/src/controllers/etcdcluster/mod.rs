@@ -149,6 +149,8 @@ impl Reconciler for EtcdClusterReconciler {
             None => Err(NoMembership::NotAsked),
         };
         let unreachable = membership.as_ref().err() == Some(&NoMembership::Unreachable);
+        let leader = membership.as_ref().ok().and_then(Membership::leader_pod);
+        let endpoints = leader_first(endpoints, leader.map(|pod| self.client_url(context, pod)));
         let observed = Observed {
             etcd: membership.ok(),
             unreachable,
@@ -220,6 +222,19 @@ enum NoMembership {
     Unanswered,
     /// No member could even be connected to.
     Unreachable,
+}
+
+/// `endpoints` with the leader's first. etcd checks a membership change against the connections
+/// of the member that receives it: it refuses a removal ("unhealthy cluster") unless, without
+/// the member removed, a quorum has been connected to the receiver for 5 s, which is never true
+/// of a member that joined a moment ago (the one a scale-out just added). The leader has been
+/// connected to every member the longest.
+fn leader_first(mut endpoints: Vec<String>, leader: Option<String>) -> Vec<String> {
+    if let Some(leader) = leader {
+        // Stable: the others keep their order.
+        endpoints.sort_by_key(|endpoint| *endpoint != leader);
+    }
+    endpoints
 }
 
 /// The snapshot a restored cluster's first member Pod started from.
@@ -905,4 +920,27 @@ async fn heal(context: &Target<'_, EtcdCluster>, reason: &str, note: String) {
 
 fn etcd_error(action: &'static str) -> impl Fn(EtcdError) -> Error {
     move |source| Error::Etcd { action, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::leader_first;
+
+    fn urls(names: &[&str]) -> Vec<String> {
+        names
+            .iter()
+            .map(|name| format!("http://{name}:2379"))
+            .collect()
+    }
+
+    #[test]
+    fn membership_changes_go_to_the_leader_first() {
+        let endpoints = urls(&["joined-a-moment-ago", "b", "leader", "d"]);
+        let leader = Some("http://leader:2379".to_owned());
+        assert_eq!(
+            leader_first(endpoints.clone(), leader),
+            urls(&["leader", "joined-a-moment-ago", "b", "d"])
+        );
+        assert_eq!(leader_first(endpoints.clone(), None), endpoints);
+    }
 }

@@ -86,6 +86,12 @@ impl Membership {
         )
     }
 
+    /// The Pod of the member that leads, when one is known.
+    pub fn leader_pod(&self) -> Option<&str> {
+        let leader = self.leader?;
+        self.members.iter().find(|m| m.id == leader)?.pod.as_deref()
+    }
+
     /// Healthy voting members are at least a quorum of the voting ones.
     pub fn has_quorum(&self) -> bool {
         let (healthy, voting) = self.votes();
@@ -487,6 +493,19 @@ mod tests {
 
     fn step(desired: &Desired, observed: &Observed) -> Option<Step> {
         plan(desired, observed, "new").step
+    }
+
+    #[test]
+    fn the_leader_is_known_by_its_pod() {
+        let mut etcd = Membership {
+            members: vec![member(1, "a"), member(2, "b")],
+            leader: Some(2),
+        };
+        assert_eq!(etcd.leader_pod(), Some("b"));
+        etcd.leader = Some(3);
+        assert_eq!(etcd.leader_pod(), None);
+        etcd.leader = None;
+        assert_eq!(etcd.leader_pod(), None);
     }
 
     #[test]
