@@ -45,8 +45,9 @@ use crate::telemetry::metrics::Metrics;
 
 pub const NAME: &str = "sampledb";
 
-/// How soon to look again while waiting for something no watched object announces (a Pod gone
-/// from another owner, a claim released, a Job without an owner reference).
+/// How soon to look again while a step is under way. Every child, and the Pods of its Jobs and
+/// StatefulSet, wakes the SampleDB when it changes; this covers a change missed while a watch
+/// relists.
 const POLL: Duration = Duration::from_secs(2);
 
 pub async fn run(wiring: Wiring, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {

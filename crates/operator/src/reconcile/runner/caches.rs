@@ -93,12 +93,17 @@ pub(super) fn applied_once_stored<K: Cached>(
     })
 }
 
-/// The objects of kind `K` that control the object with `meta` (at most one, by the API's rules).
-pub(super) fn controllers_of<K: Cached>(
+/// The objects of kind `K` a change of the child with `meta` wakes: its controller of kind `K`
+/// (at most one, by the API's rules), else the one its `label` names. A Job's or a StatefulSet's
+/// Pods are controlled by that child, not by the `K` that made it, yet the `K` reads them: a Job
+/// is done at its Pod's end, a second before the Job controller's batched sync says so.
+pub(super) fn woken_by<K: Cached>(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    label: Option<&str>,
 ) -> Vec<ObjectRef<Guarded<K>>> {
     let namespace = meta.namespace.as_deref().unwrap_or_default();
-    meta.owner_references
+    let controllers: Vec<_> = meta
+        .owner_references
         .iter()
         .flatten()
         .filter(|owner| {
@@ -107,6 +112,14 @@ pub(super) fn controllers_of<K: Cached>(
                 && owner.api_version == K::api_version(&())
         })
         .map(|owner| ObjectRef::new(&owner.name).within(namespace))
+        .collect();
+    if !controllers.is_empty() {
+        return controllers;
+    }
+    label
+        .and_then(|label| meta.labels.as_ref()?.get(label))
+        .map(|name| ObjectRef::new(name).within(namespace))
+        .into_iter()
         .collect()
 }
 
@@ -197,9 +210,38 @@ mod tests {
             ]}
         }))
         .unwrap_or_default();
-        let owners = controllers_of::<app_operator_api::MyApp>(&child.metadata);
-        let names: Vec<(String, Option<String>)> =
-            owners.into_iter().map(|r| (r.name, r.namespace)).collect();
-        assert_eq!(names, [("web".to_owned(), Some("ns".to_owned()))]);
+        let owners = woken_by::<app_operator_api::MyApp>(&child.metadata, Some(LABEL));
+        assert_eq!(names(owners), [("web".to_owned(), Some("ns".to_owned()))]);
+    }
+
+    const LABEL: &str = "db.example.com/sampledb";
+
+    fn names<K: Cached>(owners: Vec<ObjectRef<Guarded<K>>>) -> Vec<(String, Option<String>)> {
+        owners.into_iter().map(|r| (r.name, r.namespace)).collect()
+    }
+
+    /// A Job's Pod wakes the SampleDB its label names (the Job controls it); without the label,
+    /// or with no label asked for, nothing.
+    #[test]
+    fn a_childs_own_pods_wake_the_primary_their_label_names() {
+        let pod = |labels: serde_json::Value| -> k8s_openapi::api::core::v1::Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": "db-init-x7k2p", "namespace": "ns", "labels": labels,
+                    "ownerReferences": [
+                        { "apiVersion": "batch/v1", "kind": "Job", "name": "db-init", "uid": "u1", "controller": true }
+                    ]}
+            }))
+            .unwrap_or_default()
+        };
+        let labelled = pod(serde_json::json!({ LABEL: "db" }));
+        let woken = |pod: &k8s_openapi::api::core::v1::Pod, label| {
+            names(woken_by::<app_operator_api::SampleDB>(&pod.metadata, label))
+        };
+        assert_eq!(
+            woken(&labelled, Some(LABEL)),
+            [("db".to_owned(), Some("ns".to_owned()))]
+        );
+        assert_eq!(woken(&labelled, None), []);
+        assert_eq!(woken(&pod(serde_json::json!({})), Some(LABEL)), []);
     }
 }

@@ -38,7 +38,7 @@ use super::written::WrittenStatus;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::readiness::Readiness;
 
-use self::caches::{applied_once_stored, cache, controllers_of};
+use self::caches::{applied_once_stored, cache, woken_by};
 pub use self::reconciled::{Announcement, HasStatus, Reconciled, Target};
 pub use self::shared::Shared;
 use self::worker::{Context, PermanentFailure, error_policy, reconcile};
@@ -159,6 +159,8 @@ pub struct Runner<K: Cached> {
     settings: Settings,
     /// The label selector of the children this controller watches (see [`Runner::children`]).
     children: String,
+    /// The label naming a child's `K`, when [`Runner::children`] gave one.
+    children_label: Option<String>,
     store: Store<Guarded<K>>,
     events: WatchEvents<Guarded<K>>,
     triggers: Vec<BoxStream<'static, ObjectRef<Guarded<K>>>>,
@@ -172,6 +174,7 @@ impl<K: Cached + serde::Serialize + HasStatus> Runner<K> {
             name,
             settings: settings.clone(),
             children: managed_selector(),
+            children_label: None,
             store,
             events: events.boxed(),
             triggers: Vec::new(),
@@ -182,24 +185,29 @@ impl<K: Cached + serde::Serialize + HasStatus> Runner<K> {
     /// requirement, e.g. `etcd_cluster`), besides the operator's `managed-by` label. Every
     /// controller that shares a child kind with another names its own: each caches its own
     /// children, not a copy of every other controller's (1000 MyApps' Services were cached three
-    /// times).
+    /// times). Its value names the child's `K`, which wakes it when no `K` controls the child
+    /// (a Job's Pods).
     pub fn children(mut self, label: &str) -> Self {
         self.children = format!("{},{label}", managed_selector());
+        self.children_label = Some(label.to_owned());
         self
     }
 
     /// Watches the children of kind `C` the operator manages (by label) and reconciles their
-    /// controlling `K` on each change, deletions included (a deleted child is rebuilt). Returns
-    /// the cache the reconcile reads them from.
+    /// controlling `K` (else the one their label names) on each change, deletions included (a
+    /// deleted child is rebuilt). Returns the cache the reconcile reads them from.
     pub fn owns<C: Cached>(&mut self) -> Store<C> {
         let config = watcher::Config::default().labels(&self.children);
         let (store, events) = cache::<C>(&self.settings, self.name, config);
+        let label = self.children_label.clone();
         let owners = events
             .touched_objects()
             .filter_map(move |child| {
                 // Errors were reported by the cache.
-                let owners =
-                    child.map_or_else(|_| Vec::new(), |child| controllers_of::<K>(child.meta()));
+                let owners = child.map_or_else(
+                    |_| Vec::new(),
+                    |child| woken_by::<K>(child.meta(), label.as_deref()),
+                );
                 std::future::ready(Some(stream::iter(owners)))
             })
             .flatten();
@@ -217,6 +225,7 @@ impl<K: Cached + serde::Serialize + HasStatus> Runner<K> {
             name,
             settings,
             children: _,
+            children_label: _,
             store,
             events,
             triggers,
