@@ -2564,21 +2564,19 @@ async fn a_sampledb_whose_server_answers_its_init_job_late_is_initialized() {
     assert_ne!(condition(&status, "Degraded")["status"], "True", "{status}");
     // The SampleDB is initialized at its Pod's end; the Job controller records that Pod up to a
     // second later (its batched sync).
-    let counted = eventually(TIMEOUT, "the init Job to count its Pods", || async {
-        let job = kubectl_ok(&[
-            "get",
-            "job",
-            "late-init",
-            "-n",
-            &ns.name,
-            "-o",
-            "jsonpath={.status.succeeded} {.status.failed}",
-        ]);
-        job.trim().starts_with('1').then(|| job.trim().to_owned())
-    })
-    .await;
+    field_reaches(&ns, "job/late-init", "{.status.succeeded}", "1").await;
+    let job = kubectl_ok(&[
+        "get",
+        "job",
+        "late-init",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.status.succeeded} {.status.failed}",
+    ]);
     assert_eq!(
-        counted, "1",
+        job.trim(),
+        "1",
         "one Pod succeeded; the ignored failure is not counted"
     );
 }
