@@ -157,9 +157,8 @@ type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Erro
 pub struct Runner<K: Cached> {
     name: &'static str,
     settings: Settings,
-    /// The label selector of the children this controller watches (see [`Runner::children`]).
-    children: String,
-    /// The label naming a child's `K`, when [`Runner::children`] gave one.
+    /// The label that narrows the children this controller watches and names their `K` (see
+    /// [`Runner::children`]).
     children_label: Option<String>,
     store: Store<Guarded<K>>,
     events: WatchEvents<Guarded<K>>,
@@ -173,7 +172,6 @@ impl<K: Cached + serde::Serialize + HasStatus> Runner<K> {
         Runner {
             name,
             settings: settings.clone(),
-            children: managed_selector(),
             children_label: None,
             store,
             events: events.boxed(),
@@ -188,7 +186,6 @@ impl<K: Cached + serde::Serialize + HasStatus> Runner<K> {
     /// times). Its value names the child's `K`, which wakes it when no `K` controls the child
     /// (a Job's Pods).
     pub fn children(mut self, label: &str) -> Self {
-        self.children = format!("{},{label}", managed_selector());
         self.children_label = Some(label.to_owned());
         self
     }
@@ -197,7 +194,11 @@ impl<K: Cached + serde::Serialize + HasStatus> Runner<K> {
     /// controlling `K` (else the one their label names) on each change, deletions included (a
     /// deleted child is rebuilt). Returns the cache the reconcile reads them from.
     pub fn owns<C: Cached>(&mut self) -> Store<C> {
-        let config = watcher::Config::default().labels(&self.children);
+        let selector = match &self.children_label {
+            Some(label) => format!("{},{label}", managed_selector()),
+            None => managed_selector(),
+        };
+        let config = watcher::Config::default().labels(&selector);
         let (store, events) = cache::<C>(&self.settings, self.name, config);
         let label = self.children_label.clone();
         let owners = events
@@ -224,7 +225,6 @@ impl<K: Cached + serde::Serialize + HasStatus> Runner<K> {
         let Runner {
             name,
             settings,
-            children: _,
             children_label: _,
             store,
             events,
