@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# CPU profiles of the bench's kube-controller-manager, back to back, while `make bench` (or
+# `xtask bench`) runs on its own control plane: each 20 s profile is written as
+# <output>/<kcm pid>-<unix start>.pb.gz, so the profiles of one pass (one plane, one pid) can be
+# merged with `go tool pprof -top <output>/<pid>-*.pb.gz`. The controller manager serves
+# /debug/pprof (its --profiling defaults to true) to the plane's admin, whose client certificate
+# is read from the plane's kubeconfig at each new plane. Stop it with Ctrl-C or kill.
+set -euo pipefail
+state=${1:-.local/bench-cluster}
+output=${2:-target/kcm-profiles}
+seconds=${PROFILE_SECONDS:-20}
+mkdir -p "$output"
+certs=$(mktemp -d)
+trap 'rm -rf "$certs"' EXIT
+
+field() { # the base64 field $1 of the admin kubeconfig, decoded
+  sed -n "s/^ *$1: *//p" "$state/kubeconfig" | head -1 | base64 -d
+}
+
+while true; do
+  pid=$(pgrep -f "kube-controller-manager .*$state" | head -1 || true)
+  if [ -z "$pid" ]; then
+    sleep 0.5
+    continue
+  fi
+  port=$(tr '\0' '\n' < "/proc/$pid/cmdline" | sed -n 's/^--secure-port=//p')
+  field client-certificate-data > "$certs/admin.crt" 2>/dev/null || continue
+  field client-key-data > "$certs/admin.key" 2>/dev/null || continue
+  started=$(date +%s)
+  curl -sk --max-time $((seconds + 10)) --cert "$certs/admin.crt" --key "$certs/admin.key" \
+    -o "$output/$pid-$started.pb.gz" \
+    "https://127.0.0.1:$port/debug/pprof/profile?seconds=$seconds" || sleep 0.5
+done
