@@ -24,10 +24,15 @@ while true; do
     continue
   fi
   port=$(tr '\0' '\n' < "/proc/$pid/cmdline" | sed -n 's/^--secure-port=//p')
-  field client-certificate-data > "$certs/admin.crt" 2>/dev/null || continue
-  field client-key-data > "$certs/admin.key" 2>/dev/null || continue
-  started=$(date +%s)
-  curl -sk --max-time $((seconds + 10)) --cert "$certs/admin.crt" --key "$certs/admin.key" \
-    -o "$output/$pid-$started.pb.gz" \
-    "https://127.0.0.1:$port/debug/pprof/profile?seconds=$seconds" || sleep 0.5
+  # A plane being replaced has no kubeconfig yet, or its controller manager stops mid-profile:
+  # wait for the next, keeping no partial file.
+  if ! { field client-certificate-data > "$certs/admin.crt" &&
+    field client-key-data > "$certs/admin.key"; } 2>/dev/null; then
+    sleep 0.5
+    continue
+  fi
+  profile="$output/$pid-$(date +%s).pb.gz"
+  curl -skf --max-time $((seconds + 10)) --cert "$certs/admin.crt" --key "$certs/admin.key" \
+    -o "$profile" "https://127.0.0.1:$port/debug/pprof/profile?seconds=$seconds" ||
+    { rm -f "$profile"; sleep 0.5; }
 done
