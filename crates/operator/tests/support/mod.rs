@@ -24,8 +24,9 @@ use app_operator::manager::{
 };
 use app_operator::telemetry::metrics::Metrics;
 use app_operator::telemetry::readiness::Readiness;
+use app_operator_api::sampledb::SampleDB;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, Patch, PatchParams};
 use kube::core::Status;
 use testkit::{TestNamespace, eventually};
 use tokio::sync::OnceCell;
@@ -59,6 +60,7 @@ pub async fn start_with(
     etcd: EtcdClient,
 ) -> Operator {
     install_crds().await;
+    namespace.finalizers_go_with_it(ApiResource::erase::<SampleDB>(&()));
     start_on(testkit::config().await, &namespace.name, controllers, etcd).await
 }
 
