@@ -1002,58 +1002,6 @@ async fn restarts(ns: &TestNamespace, pod: &str) -> Option<i32> {
     )
 }
 
-/// Real etcd members keep every acknowledged write when the leader's process, then a follower's,
-/// is killed (SIGKILL from the node) under two writing clients: the container restarts on its
-/// data, the member rejoins, and the cluster is Ready with three members again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_keeps_every_acknowledged_write_when_the_leader_and_a_follower_are_killed() {
-    use nix::sys::signal::Signal;
-    use testkit::node_process;
-
-    let ns = TestNamespace::new("real-etcd-kill").await;
-    let name = "killed";
-    let (store, writers) = etcd_with_writers(
-        &ns,
-        name,
-        json!({ "size": 3, "version": "3.6.16" }),
-        "kill/",
-    )
-    .await;
-    for victim in ["leader", "follower"] {
-        let members = etcd_members_leader_first(&ns, name).await;
-        let pod = if victim == "leader" {
-            &members[0]
-        } else {
-            &members[1]
-        };
-        let before = restarts(&ns, &pod.name_any()).await;
-        let killed = node_process::signal(&pod.uid().unwrap(), "etcd", Signal::SIGKILL);
-        assert_eq!(killed, 1, "the {victim}'s etcd process, {}", pod.name_any());
-        // The container restarts on its data, or the operator replaces the member.
-        eventually(
-            TIMEOUT,
-            &format!("the {victim}'s container restarted"),
-            || async {
-                let now = restarts(&ns, &pod.name_any()).await;
-                (now.is_none() || now > before).then_some(())
-            },
-        )
-        .await;
-        etcd_settled(&ns, name, 3).await;
-        println!(
-            "killed the {victim}, {}: the cluster is Ready with 3 members again",
-            pod.name_any()
-        );
-    }
-    read_back(
-        &store,
-        writers,
-        "kill/",
-        "etcd leader and a follower killed",
-    )
-    .await;
-}
-
 /// Real etcd backed up by an EtcdBackup (its Job runs `etcdctl snapshot save` against a member)
 /// after two clients wrote keys to a 3-member cluster; a new EtcdCluster restored from that
 /// snapshot holds every acknowledged key with its value, and says which snapshot it started from.
@@ -1297,195 +1245,6 @@ fn etcd_backup(ns: &TestNamespace, name: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_etcd_cluster_restored_from_a_bucket_after_its_namespace_was_deleted_holds_every_write()
-{
-    use testkit::history::Store;
-    let bucket = Bucket::of_the_node();
-    let source_ns = TestNamespace::new("real-etcd-bucket").await;
-    bucket.secret(&source_ns, "bucket-keys", &bucket.secret_key);
-    let (store, writers) = etcd_with_writers(
-        &source_ns,
-        "source",
-        json!({ "size": 3, "version": "3.6.16" }),
-        "kept/",
-    )
-    .await;
-    eventually(TIMEOUT, "some keys written", || async {
-        (store.read_all("kept/").await.ok()?.len() >= 1000).then_some(())
-    })
-    .await;
-    let history = writers.stop().await;
-    let key = format!("{}/etcd.db", source_ns.name);
-    apply(
-        &source_ns,
-        &json!({
-            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
-            "metadata": { "name": "offsite" },
-            "spec": {
-                "etcdCluster": { "name": "source" }, "storageType": "S3",
-                "s3": bucket.source(&key, "bucket-keys")
-            }
-        }),
-    );
-    let file = eventually(
-        Duration::from_secs(300),
-        "the snapshot uploaded",
-        || async {
-            let status = &etcd_backup(&source_ns, "offsite")["status"];
-            (status["succeeded"] == true).then(|| status["snapshots"][0]["file"].clone())
-        },
-    )
-    .await;
-    assert_eq!(
-        file,
-        format!("backups/{key}"),
-        "the status names the object"
-    );
-    assert_eq!(
-        bucket.objects(&key),
-        std::slice::from_ref(&key),
-        "the bucket holds it"
-    );
-
-    // The namespace, its cluster, its Secret and its EtcdBackup are gone; the object is not.
-    let ns = bucket
-        .after_deleting(source_ns, "real-etcd-bucket-restored")
-        .await;
-    apply(
-        &ns,
-        &json!({
-            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-            "metadata": { "name": "restored" },
-            "spec": { "size": 3, "version": "3.6.16",
-                      "restore": { "s3": bucket.source(&key, "bucket-keys") } }
-        }),
-    );
-    etcd_settled(&ns, "restored", 3).await;
-    let (restored, read) = restored_holds(
-        &ns,
-        "restored",
-        &history,
-        "etcd backed up to a bucket, its namespace deleted, restored in another",
-    )
-    .await;
-
-    // An object damaged at rest is refused before etcd reads it.
-    let damaged = format!("{}/damaged.db", ns.name);
-    bucket.damaged_copy(&key, &damaged);
-    apply(
-        &ns,
-        &json!({
-            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
-            "metadata": { "name": "damaged" },
-            "spec": { "size": 1, "version": "3.6.16",
-                      "restore": { "s3": bucket.source(&damaged, "bucket-keys") } }
-        }),
-    );
-    let said = eventually(
-        TIMEOUT,
-        "the damaged restore Degraded/RestoreFailed",
-        || async {
-            let cluster = etcd_cluster(&ns, "damaged");
-            let degraded = condition(&cluster["status"], "Degraded");
-            (degraded["reason"] == "RestoreFailed").then_some(())?;
-            let pods = ns
-                .api::<Pod>()
-                .list(&ListParams::default().labels("etcd_cluster=damaged"))
-                .await
-                .ok()?;
-            pods.items.iter().find_map(|pod| {
-                pod.status
-                    .as_ref()?
-                    .init_container_statuses
-                    .as_ref()?
-                    .iter()
-                    .filter(|c| c.name == "fetch")
-                    .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
-            })
-        },
-    )
-    .await;
-    println!("the damaged object's fetch said: {}", said.trim());
-    assert!(said.contains("is damaged"), "the fetch said: {said}");
-
-    // Credentials the bucket refuses: the backup fails saying so, etcd keeps serving.
-    bucket.secret(&ns, "periodic-keys", "not-the-secret");
-    let series = format!("{}/periodic.db", ns.name);
-    apply(
-        &ns,
-        &json!({
-            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
-            "metadata": { "name": "periodic" },
-            "spec": {
-                "etcdCluster": { "name": "restored" }, "storageType": "S3",
-                "s3": bucket.source(&series, "periodic-keys"),
-                "backupPolicy": { "backupIntervalInSecond": 15, "maxBackups": 2 }
-            }
-        }),
-    );
-    let reason = eventually(TIMEOUT, "the refused backup's reason", || async {
-        let status = etcd_backup(&ns, "periodic")["status"].clone();
-        let degraded = condition(&status, "Degraded");
-        (degraded["reason"] == "BackupFailed")
-            .then(|| status["reason"].as_str().map(str::to_owned))?
-    })
-    .await;
-    println!("refused: {reason}");
-    assert!(
-        reason.contains("refused the Secret's credentials: 403 Forbidden"),
-        "{reason}"
-    );
-    assert!(
-        !reason.contains("not-the-secret"),
-        "no secret in the status: {reason}"
-    );
-    let warnings = kubectl_ok(&[
-        "get",
-        "events",
-        "-n",
-        &ns.name,
-        "--field-selector=type=Warning,reason=BackupFailed",
-        "-o",
-        "name",
-    ]);
-    assert!(!warnings.trim().is_empty(), "a BackupFailed Warning");
-    assert_eq!(
-        restored.read_all("kept/").await.unwrap(),
-        read,
-        "etcd still serves"
-    );
-
-    // Fixed: backups resume, and the bucket keeps exactly the newest two, as the status lists.
-    bucket.secret(&ns, "periodic-keys", &bucket.secret_key);
-    let listed = eventually(
-        Duration::from_secs(240),
-        "three uploads, two kept",
-        || async {
-            let status = etcd_backup(&ns, "periodic")["status"].clone();
-            let uploads = succeeded_backups(&ns, "EtcdBackup", "periodic");
-            let mut files: Vec<String> = status["snapshots"]
-                .as_array()?
-                .iter()
-                .filter_map(|s| {
-                    Some(
-                        s["file"]
-                            .as_str()?
-                            .trim_start_matches("backups/")
-                            .to_owned(),
-                    )
-                })
-                .collect();
-            files.sort();
-            (uploads >= 3 && status["succeeded"] == true && bucket.objects(&series) == files)
-                .then_some(files)
-        },
-    )
-    .await;
-    println!("the bucket keeps {listed:?}");
-    assert_eq!(listed.len(), 2, "maxBackups: {listed:?}");
-}
-
 /// PostgreSQL backed up to the bucket on a schedule and on demand while two clients write; the
 /// store unreachable for a while (a backup fails saying so, writes go on, the next backup after
 /// it is back succeeds); the bucket keeps exactly `maxBackups` dumps; the namespace deleted; a clone in another namespace,
@@ -1710,116 +1469,6 @@ async fn backed_up_on_demand(ns: &TestNamespace, name: &str) -> String {
         },
     )
     .await
-}
-
-/// Point-in-time recovery: a SampleDB archiving its write-ahead log to the bucket, a base backup
-/// taken on demand while two clients write, more rows after it (so only the archived log holds
-/// them), the time read from the database's clock (t1), then rows under another prefix (t2), a
-/// second base backup (too late for t1), and the segment holding the t2 rows archived. A new SampleDB in another namespace recovered to t1
-/// holds every acknowledged row written before it, and none written after.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sampledb_recovered_to_a_time_holds_exactly_the_rows_written_before_it() {
-    use testkit::history::{Store, Writers};
-    let bucket = Bucket::of_the_node();
-    let source_ns = TestNamespace::new("real-sdb-pitr").await;
-    bucket.secret(&source_ns, "bucket-keys", &bucket.secret_key);
-    let prefix = format!("{}/ledger", source_ns.name);
-    let object = sampledb(
-        "ledger",
-        "15",
-        json!({ "backup": { "s3": bucket.source(&prefix, "bucket-keys"), "archiveWal": true } }),
-    );
-    let writers = sampledb_writing(&source_ns, &object).await;
-    let job = backed_up_on_demand(&source_ns, "ledger").await;
-    let base = format!("{prefix}/base/{job}.tar.gz");
-    assert_eq!(
-        bucket.objects(&format!("{prefix}/base/")),
-        std::slice::from_ref(&base)
-    );
-    let store = sampledb_store(&source_ns, "ledger").await;
-    let at_backup = store.read_all("row/").await.unwrap().len();
-    eventually(TIMEOUT, "50 more rows after the base backup", || async {
-        let rows = store.read_all("row/").await.ok()?;
-        (rows.len() >= at_backup + 50).then_some(())
-    })
-    .await;
-    let before = writers.stop().await;
-    let t1 = store
-        .psql(r#"select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"#)
-        .await
-        .unwrap()
-        .trim()
-        .to_owned();
-    let later = std::sync::Arc::new(store);
-    let writers = Writers::start(later.clone(), "later/", 2);
-    eventually(TIMEOUT, "50 rows after t1", || async {
-        (later.read_all("later/").await.ok()?.len() >= 50).then_some(())
-    })
-    .await;
-    let after = writers.stop().await;
-    // A base backup after t1 too: the recovery must start from the one before it.
-    let too_late = backed_up_on_demand(&source_ns, "ledger").await;
-    assert_eq!(
-        bucket.objects(&format!("{prefix}/base/")),
-        [base.clone(), format!("{prefix}/base/{too_late}.tar.gz")]
-    );
-    let segment = later
-        .psql("select pg_walfile_name(pg_switch_wal())")
-        .await
-        .unwrap()
-        .trim()
-        .to_owned();
-    eventually(TIMEOUT, "the segment with the t2 rows archived", || async {
-        let archived = later
-            .psql("select coalesce(last_archived_wal, '') from pg_stat_archiver")
-            .await
-            .ok()?;
-        (archived.trim() >= segment.as_str()).then_some(())
-    })
-    .await;
-    let wal = bucket.objects(&format!("{prefix}/wal/"));
-    assert!(
-        wal.contains(&format!("{prefix}/wal/{segment}")),
-        "{segment} in the bucket: {wal:?}"
-    );
-    println!(
-        "base backup {base}; t1 {t1}; {} segments archived up to {segment}",
-        wal.len()
-    );
-
-    let ns = TestNamespace::new("real-sdb-pitr-clone").await;
-    bucket.secret(&ns, "bucket-keys", &bucket.secret_key);
-    apply(
-        &ns,
-        &sampledb(
-            "rewound",
-            "15",
-            json!({ "restore": { "pointInTime": {
-                "s3": bucket.source(&prefix, "bucket-keys"), "targetTime": t1
-            } } }),
-        ),
-    );
-    sampledb_read_back(
-        &ns,
-        "rewound",
-        &before,
-        "PostgreSQL recovered to t1 from a base backup and the archived log",
-    )
-    .await;
-    let recovered = sampledb_store(&ns, "rewound").await;
-    let written_after = recovered.read_all("later/").await.unwrap();
-    println!(
-        "rows written after t1: {} acknowledged, {} in the recovered database",
-        after.acknowledged(),
-        written_after.len()
-    );
-    assert!(after.acknowledged() > 0, "nothing was written after t1");
-    assert_eq!(
-        written_after.len(),
-        0,
-        "rows written after t1 were recovered: {:?}",
-        written_after.keys().take(5).collect::<Vec<_>>()
-    );
 }
 
 /// One CA and the certificates a user makes for TLS EtcdClusters `clusters` in a namespace, in
@@ -2653,6 +2302,357 @@ async fn kill_operator() -> usize {
 /// The long data scenarios: `make chaos` runs them (`make test` skips `long::`).
 mod long {
     use super::*;
+
+    /// Real etcd members keep every acknowledged write when the leader's process, then a follower's,
+    /// is killed (SIGKILL from the node) under two writing clients: the container restarts on its
+    /// data, the member rejoins, and the cluster is Ready with three members again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_keeps_every_acknowledged_write_when_the_leader_and_a_follower_are_killed() {
+        use nix::sys::signal::Signal;
+        use testkit::node_process;
+
+        let ns = TestNamespace::new("real-etcd-kill").await;
+        let name = "killed";
+        let (store, writers) = etcd_with_writers(
+            &ns,
+            name,
+            json!({ "size": 3, "version": "3.6.16" }),
+            "kill/",
+        )
+        .await;
+        for victim in ["leader", "follower"] {
+            let members = etcd_members_leader_first(&ns, name).await;
+            let pod = if victim == "leader" {
+                &members[0]
+            } else {
+                &members[1]
+            };
+            let before = restarts(&ns, &pod.name_any()).await;
+            let killed = node_process::signal(&pod.uid().unwrap(), "etcd", Signal::SIGKILL);
+            assert_eq!(killed, 1, "the {victim}'s etcd process, {}", pod.name_any());
+            // The container restarts on its data, or the operator replaces the member.
+            eventually(
+                TIMEOUT,
+                &format!("the {victim}'s container restarted"),
+                || async {
+                    let now = restarts(&ns, &pod.name_any()).await;
+                    (now.is_none() || now > before).then_some(())
+                },
+            )
+            .await;
+            etcd_settled(&ns, name, 3).await;
+            println!(
+                "killed the {victim}, {}: the cluster is Ready with 3 members again",
+                pod.name_any()
+            );
+        }
+        read_back(
+            &store,
+            writers,
+            "kill/",
+            "etcd leader and a follower killed",
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_etcd_cluster_restored_from_a_bucket_after_its_namespace_was_deleted_holds_every_write()
+     {
+        use testkit::history::Store;
+        let bucket = Bucket::of_the_node();
+        let source_ns = TestNamespace::new("real-etcd-bucket").await;
+        bucket.secret(&source_ns, "bucket-keys", &bucket.secret_key);
+        let (store, writers) = etcd_with_writers(
+            &source_ns,
+            "source",
+            json!({ "size": 3, "version": "3.6.16" }),
+            "kept/",
+        )
+        .await;
+        eventually(TIMEOUT, "some keys written", || async {
+            (store.read_all("kept/").await.ok()?.len() >= 1000).then_some(())
+        })
+        .await;
+        let history = writers.stop().await;
+        let key = format!("{}/etcd.db", source_ns.name);
+        apply(
+            &source_ns,
+            &json!({
+                "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+                "metadata": { "name": "offsite" },
+                "spec": {
+                    "etcdCluster": { "name": "source" }, "storageType": "S3",
+                    "s3": bucket.source(&key, "bucket-keys")
+                }
+            }),
+        );
+        let file = eventually(
+            Duration::from_secs(300),
+            "the snapshot uploaded",
+            || async {
+                let status = &etcd_backup(&source_ns, "offsite")["status"];
+                (status["succeeded"] == true).then(|| status["snapshots"][0]["file"].clone())
+            },
+        )
+        .await;
+        assert_eq!(
+            file,
+            format!("backups/{key}"),
+            "the status names the object"
+        );
+        assert_eq!(
+            bucket.objects(&key),
+            std::slice::from_ref(&key),
+            "the bucket holds it"
+        );
+
+        // The namespace, its cluster, its Secret and its EtcdBackup are gone; the object is not.
+        let ns = bucket
+            .after_deleting(source_ns, "real-etcd-bucket-restored")
+            .await;
+        apply(
+            &ns,
+            &json!({
+                "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+                "metadata": { "name": "restored" },
+                "spec": { "size": 3, "version": "3.6.16",
+                          "restore": { "s3": bucket.source(&key, "bucket-keys") } }
+            }),
+        );
+        etcd_settled(&ns, "restored", 3).await;
+        let (restored, read) = restored_holds(
+            &ns,
+            "restored",
+            &history,
+            "etcd backed up to a bucket, its namespace deleted, restored in another",
+        )
+        .await;
+
+        // An object damaged at rest is refused before etcd reads it.
+        let damaged = format!("{}/damaged.db", ns.name);
+        bucket.damaged_copy(&key, &damaged);
+        apply(
+            &ns,
+            &json!({
+                "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+                "metadata": { "name": "damaged" },
+                "spec": { "size": 1, "version": "3.6.16",
+                          "restore": { "s3": bucket.source(&damaged, "bucket-keys") } }
+            }),
+        );
+        let said = eventually(
+            TIMEOUT,
+            "the damaged restore Degraded/RestoreFailed",
+            || async {
+                let cluster = etcd_cluster(&ns, "damaged");
+                let degraded = condition(&cluster["status"], "Degraded");
+                (degraded["reason"] == "RestoreFailed").then_some(())?;
+                let pods = ns
+                    .api::<Pod>()
+                    .list(&ListParams::default().labels("etcd_cluster=damaged"))
+                    .await
+                    .ok()?;
+                pods.items.iter().find_map(|pod| {
+                    pod.status
+                        .as_ref()?
+                        .init_container_statuses
+                        .as_ref()?
+                        .iter()
+                        .filter(|c| c.name == "fetch")
+                        .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+                })
+            },
+        )
+        .await;
+        println!("the damaged object's fetch said: {}", said.trim());
+        assert!(said.contains("is damaged"), "the fetch said: {said}");
+
+        // Credentials the bucket refuses: the backup fails saying so, etcd keeps serving.
+        bucket.secret(&ns, "periodic-keys", "not-the-secret");
+        let series = format!("{}/periodic.db", ns.name);
+        apply(
+            &ns,
+            &json!({
+                "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+                "metadata": { "name": "periodic" },
+                "spec": {
+                    "etcdCluster": { "name": "restored" }, "storageType": "S3",
+                    "s3": bucket.source(&series, "periodic-keys"),
+                    "backupPolicy": { "backupIntervalInSecond": 15, "maxBackups": 2 }
+                }
+            }),
+        );
+        let reason = eventually(TIMEOUT, "the refused backup's reason", || async {
+            let status = etcd_backup(&ns, "periodic")["status"].clone();
+            let degraded = condition(&status, "Degraded");
+            (degraded["reason"] == "BackupFailed")
+                .then(|| status["reason"].as_str().map(str::to_owned))?
+        })
+        .await;
+        println!("refused: {reason}");
+        assert!(
+            reason.contains("refused the Secret's credentials: 403 Forbidden"),
+            "{reason}"
+        );
+        assert!(
+            !reason.contains("not-the-secret"),
+            "no secret in the status: {reason}"
+        );
+        let warnings = kubectl_ok(&[
+            "get",
+            "events",
+            "-n",
+            &ns.name,
+            "--field-selector=type=Warning,reason=BackupFailed",
+            "-o",
+            "name",
+        ]);
+        assert!(!warnings.trim().is_empty(), "a BackupFailed Warning");
+        assert_eq!(
+            restored.read_all("kept/").await.unwrap(),
+            read,
+            "etcd still serves"
+        );
+
+        // Fixed: backups resume, and the bucket keeps exactly the newest two, as the status lists.
+        bucket.secret(&ns, "periodic-keys", &bucket.secret_key);
+        let listed = eventually(
+            Duration::from_secs(240),
+            "three uploads, two kept",
+            || async {
+                let status = etcd_backup(&ns, "periodic")["status"].clone();
+                let uploads = succeeded_backups(&ns, "EtcdBackup", "periodic");
+                let mut files: Vec<String> = status["snapshots"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|s| {
+                        Some(
+                            s["file"]
+                                .as_str()?
+                                .trim_start_matches("backups/")
+                                .to_owned(),
+                        )
+                    })
+                    .collect();
+                files.sort();
+                (uploads >= 3 && status["succeeded"] == true && bucket.objects(&series) == files)
+                    .then_some(files)
+            },
+        )
+        .await;
+        println!("the bucket keeps {listed:?}");
+        assert_eq!(listed.len(), 2, "maxBackups: {listed:?}");
+    }
+
+    /// Point-in-time recovery: a SampleDB archiving its write-ahead log to the bucket, a base backup
+    /// taken on demand while two clients write, more rows after it (so only the archived log holds
+    /// them), the time read from the database's clock (t1), then rows under another prefix (t2), a
+    /// second base backup (too late for t1), and the segment holding the t2 rows archived. A new SampleDB in another namespace recovered to t1
+    /// holds every acknowledged row written before it, and none written after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sampledb_recovered_to_a_time_holds_exactly_the_rows_written_before_it() {
+        use testkit::history::{Store, Writers};
+        let bucket = Bucket::of_the_node();
+        let source_ns = TestNamespace::new("real-sdb-pitr").await;
+        bucket.secret(&source_ns, "bucket-keys", &bucket.secret_key);
+        let prefix = format!("{}/ledger", source_ns.name);
+        let object = sampledb(
+            "ledger",
+            "15",
+            json!({ "backup": { "s3": bucket.source(&prefix, "bucket-keys"), "archiveWal": true } }),
+        );
+        let writers = sampledb_writing(&source_ns, &object).await;
+        let job = backed_up_on_demand(&source_ns, "ledger").await;
+        let base = format!("{prefix}/base/{job}.tar.gz");
+        assert_eq!(
+            bucket.objects(&format!("{prefix}/base/")),
+            std::slice::from_ref(&base)
+        );
+        let store = sampledb_store(&source_ns, "ledger").await;
+        let at_backup = store.read_all("row/").await.unwrap().len();
+        eventually(TIMEOUT, "50 more rows after the base backup", || async {
+            let rows = store.read_all("row/").await.ok()?;
+            (rows.len() >= at_backup + 50).then_some(())
+        })
+        .await;
+        let before = writers.stop().await;
+        let t1 = store
+        .psql(r#"select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"#)
+        .await
+        .unwrap()
+        .trim()
+        .to_owned();
+        let later = std::sync::Arc::new(store);
+        let writers = Writers::start(later.clone(), "later/", 2);
+        eventually(TIMEOUT, "50 rows after t1", || async {
+            (later.read_all("later/").await.ok()?.len() >= 50).then_some(())
+        })
+        .await;
+        let after = writers.stop().await;
+        // A base backup after t1 too: the recovery must start from the one before it.
+        let too_late = backed_up_on_demand(&source_ns, "ledger").await;
+        assert_eq!(
+            bucket.objects(&format!("{prefix}/base/")),
+            [base.clone(), format!("{prefix}/base/{too_late}.tar.gz")]
+        );
+        let segment = later
+            .psql("select pg_walfile_name(pg_switch_wal())")
+            .await
+            .unwrap()
+            .trim()
+            .to_owned();
+        eventually(TIMEOUT, "the segment with the t2 rows archived", || async {
+            let archived = later
+                .psql("select coalesce(last_archived_wal, '') from pg_stat_archiver")
+                .await
+                .ok()?;
+            (archived.trim() >= segment.as_str()).then_some(())
+        })
+        .await;
+        let wal = bucket.objects(&format!("{prefix}/wal/"));
+        assert!(
+            wal.contains(&format!("{prefix}/wal/{segment}")),
+            "{segment} in the bucket: {wal:?}"
+        );
+        println!(
+            "base backup {base}; t1 {t1}; {} segments archived up to {segment}",
+            wal.len()
+        );
+
+        let ns = TestNamespace::new("real-sdb-pitr-clone").await;
+        bucket.secret(&ns, "bucket-keys", &bucket.secret_key);
+        apply(
+            &ns,
+            &sampledb(
+                "rewound",
+                "15",
+                json!({ "restore": { "pointInTime": {
+                "s3": bucket.source(&prefix, "bucket-keys"), "targetTime": t1
+            } } }),
+            ),
+        );
+        sampledb_read_back(
+            &ns,
+            "rewound",
+            &before,
+            "PostgreSQL recovered to t1 from a base backup and the archived log",
+        )
+        .await;
+        let recovered = sampledb_store(&ns, "rewound").await;
+        let written_after = recovered.read_all("later/").await.unwrap();
+        println!(
+            "rows written after t1: {} acknowledged, {} in the recovered database",
+            after.acknowledged(),
+            written_after.len()
+        );
+        assert!(after.acknowledged() > 0, "nothing was written after t1");
+        assert_eq!(
+            written_after.len(),
+            0,
+            "rows written after t1 were recovered: {:?}",
+            written_after.keys().take(5).collect::<Vec<_>>()
+        );
+    }
 
     /// Real etcd members keep every write a client was told succeeded while the cluster grows from
     /// one member to five and shrinks back to one, with two clients writing all along through the
