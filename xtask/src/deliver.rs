@@ -1,7 +1,7 @@
 //! The operator as users get it: `make image`, `make load`, `make manifests`, `make install`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 
 use anyhow::{Context, Result, bail};
 use local_cluster::install::{Target, UserEnv};
@@ -36,25 +36,60 @@ const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 /// in its own target directory, so it can be built while another cargo holds the workspace's.
 /// The image and the benchmark both use it.
 pub(crate) fn build_static_binary() -> Result<PathBuf> {
-    let target_dir = repo().join("target/image");
-    let triple = TRIPLE;
-    let built = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "app-operator",
-            "--target",
-            triple,
-        ])
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .status()?;
-    if !built.success() {
-        bail!("building the static binary failed");
+    StaticBinaryBuild::start()?.finish()
+}
+
+/// [`build_static_binary`] under way: [`StaticBinaryBuild::finish`] waits for it; dropped
+/// unfinished (a suite failed first), it stops cargo.
+pub(crate) struct StaticBinaryBuild {
+    cargo: Option<Child>,
+}
+
+impl StaticBinaryBuild {
+    pub(crate) fn start() -> Result<StaticBinaryBuild> {
+        let cargo = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--release",
+                "--locked",
+                "-p",
+                "app-operator",
+                "--target",
+                TRIPLE,
+            ])
+            .env("CARGO_TARGET_DIR", static_target_dir())
+            .env("RUSTFLAGS", "-C target-feature=+crt-static")
+            .spawn()
+            .context("running cargo build")?;
+        Ok(StaticBinaryBuild { cargo: Some(cargo) })
     }
-    Ok(target_dir.join(triple).join("release/app-operator"))
+
+    pub(crate) fn finish(mut self) -> Result<PathBuf> {
+        let built = match self.cargo.take() {
+            Some(mut cargo) => cargo.wait()?,
+            None => bail!("the static binary's build was already waited for"),
+        };
+        if !built.success() {
+            bail!("building the static binary failed ({built})");
+        }
+        Ok(static_target_dir()
+            .join(TRIPLE)
+            .join("release/app-operator"))
+    }
+}
+
+impl Drop for StaticBinaryBuild {
+    fn drop(&mut self) {
+        if let Some(mut cargo) = self.cargo.take() {
+            // The rustc it runs finishes its crate alone; nothing waits for it.
+            let _ = cargo.kill();
+            let _ = cargo.wait();
+        }
+    }
+}
+
+fn static_target_dir() -> PathBuf {
+    repo().join("target/image")
 }
 
 /// `make image`: the archive at `output`, naming the image `reference` (`IMG`).

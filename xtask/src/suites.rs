@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use local_cluster::install::{self, Target};
 use local_cluster::{Cluster, ClusterOptions, Kubernetes, Layout, Tools};
 
-use crate::deliver::{build_image, overlay_dir};
+use crate::deliver::{StaticBinaryBuild, build_image, overlay_dir};
 use crate::{bench, path, repo, run_bench, tool_sources};
 
 /// The benchmark at N = 20 on the test control plane, so it cannot rot; fails on a result no
@@ -262,6 +262,10 @@ pub(crate) async fn chaos(test_args: &[String]) -> Result<ExitCode> {
 pub(crate) async fn test(cargo_args: &[String]) -> Result<ExitCode> {
     ensure_postgres()?;
     let tools = Tools::ensure(&tool_sources())?;
+    // The image's release binary is one rustc on one core for most of its build (fat LTO in one
+    // codegen unit); built beside the test build and the kwok suites, which leave a core idle,
+    // instead of after them. `make image` in the suites and the real-node suite find it built.
+    let static_binary = StaticBinaryBuild::start()?;
     let cluster = TestCluster::acquire(&tools).await?;
     let status = cargo_test(
         &tools,
@@ -282,6 +286,7 @@ pub(crate) async fn test(cargo_args: &[String]) -> Result<ExitCode> {
         bail!("cargo test failed ({status})");
     }
     smoke?;
+    static_binary.finish()?;
     chaos_smoke(&tools)?;
     test_oldest_kubernetes(&tools).await?;
     test_real_node(&tools, RealNodeTests::Quick).await?;
@@ -388,13 +393,9 @@ pub(crate) enum RealNodeTests {
 /// and the operator's `real_node` tests run.
 pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Result<()> {
     let started = std::time::Instant::now();
+    let built = RealNodeBuild::new()?;
     if which == RealNodeTests::Quick {
-        let lifecycle = cargo_test(
-            tools,
-            &["--locked", "-p", "local-cluster", "--test", "real_node"],
-            &[],
-            &[],
-        )?;
+        let lifecycle = built.lifecycle.run(tools, &[], &[])?;
         if !lifecycle.success() {
             bail!("the real node's lifecycle test failed ({lifecycle})");
         }
@@ -420,28 +421,20 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
             RealNodeTests::Quick => &[&["--skip", "long::", "--skip", "node_restart::"]],
             RealNodeTests::Long => &[&["long::"], &["node_restart::"]],
         };
-        // The tests run `kubectl app-operator` as users do: its binary.
-        let built = Command::new(env!("CARGO"))
-            .args(["build", "--locked", "-p", "kubectl-app-operator"])
-            .status()?;
-        if !built.success() {
-            bail!("building kubectl-app_operator failed ({built})");
-        }
-        let plugin = repo().join("target/debug/kubectl-app_operator");
         for selection in selections {
-            let mut test_args = vec!["--".to_owned(), "--nocapture".to_owned()];
+            // What the tests measure (the leader handover, the data checks) is printed.
+            let mut test_args = vec!["--nocapture".to_owned()];
             test_args.extend(selection.iter().map(|arg| (*arg).to_owned()));
-            let status = cargo_test(
+            let status = built.operator.run(
                 tools,
-                &["--locked", "-p", "app-operator", "--test", "real_node"],
-                // What the tests measure (the leader handover, the data checks) is printed.
                 &test_args,
                 &[
                     (
                         "APP_OPERATOR_TEST_KUBECONFIG",
                         cluster.kubeconfig.as_os_str(),
                     ),
-                    ("KUBECTL_APP_OPERATOR", plugin.as_os_str()),
+                    // The tests run `kubectl app-operator` as users do: its binary.
+                    ("KUBECTL_APP_OPERATOR", built.plugin.as_os_str()),
                 ],
             )?;
             if !status.success() {
@@ -464,6 +457,96 @@ pub(crate) async fn test_real_node(tools: &Tools, which: RealNodeTests) -> Resul
         started.elapsed().as_secs_f64()
     );
     suite
+}
+
+/// The real-node suites (`test = false`) and the kubectl plugin, built as `cargo test
+/// --workspace` builds: with features unified over the whole workspace, so nothing the kwok run
+/// compiled is compiled again. Asked for by package (`-p local-cluster`, `cargo build -p
+/// kubectl-app-operator`), cargo unifies fewer features and rebuilt about ninety crates twice:
+/// 3.5 minutes of a cold `make test`.
+struct RealNodeBuild {
+    /// `local-cluster`'s: the node's own life.
+    lifecycle: TestExecutable,
+    /// The operator's samples on the node.
+    operator: TestExecutable,
+    plugin: PathBuf,
+}
+
+/// A test binary, run as `cargo test` runs it: in its package's directory.
+struct TestExecutable {
+    path: PathBuf,
+    package_dir: PathBuf,
+}
+
+impl RealNodeBuild {
+    fn new() -> Result<RealNodeBuild> {
+        let output = Command::new(env!("CARGO"))
+            .args([
+                "test",
+                "--workspace",
+                "--locked",
+                "--no-run",
+                "--test",
+                "real_node",
+                "--test",
+                "plugin",
+                "--message-format",
+                "json-render-diagnostics",
+            ])
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .context("running cargo test --no-run")?;
+        if !output.status.success() {
+            bail!("building the real-node suites failed ({})", output.status);
+        }
+        Self::from_messages(&String::from_utf8_lossy(&output.stdout))
+    }
+
+    /// From cargo's JSON messages: the executables it built.
+    fn from_messages(messages: &str) -> Result<RealNodeBuild> {
+        let (mut lifecycle, mut operator, mut plugin) = (None, None, None);
+        for line in messages.lines() {
+            let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let (Some(path), Some(manifest)) = (
+                message["executable"].as_str(),
+                message["manifest_path"].as_str(),
+            ) else {
+                continue;
+            };
+            let package_dir = Path::new(manifest).parent().unwrap_or(Path::new("/"));
+            let executable = TestExecutable {
+                path: PathBuf::from(path),
+                package_dir: package_dir.to_owned(),
+            };
+            match message["target"]["name"].as_str() {
+                Some("real_node") if package_dir.ends_with("crates/local-cluster") => {
+                    lifecycle = Some(executable);
+                }
+                Some("real_node") => operator = Some(executable),
+                Some("kubectl-app_operator") => plugin = Some(executable.path),
+                _ => {}
+            }
+        }
+        Ok(RealNodeBuild {
+            lifecycle: lifecycle.context("cargo built no local-cluster real_node test")?,
+            operator: operator.context("cargo built no app-operator real_node test")?,
+            plugin: plugin.context("cargo built no kubectl-app_operator")?,
+        })
+    }
+}
+
+impl TestExecutable {
+    fn run(&self, tools: &Tools, args: &[String], env: &[(&str, &OsStr)]) -> Result<ExitStatus> {
+        Command::new(&self.path)
+            .current_dir(&self.package_dir)
+            .args(args)
+            .envs(env.iter().copied())
+            .env("PATH", path_with(tools)?)
+            .status()
+            .with_context(|| format!("running {}", self.path.display()))
+    }
 }
 
 /// Waits (at most [`NAMESPACES_GONE`]) until the namespaces the real-node tests made
@@ -606,4 +689,66 @@ fn add_printer_column(next: &Path, file: &str, column: &str) -> Result<()> {
     }));
     std::fs::write(&crd_path, serde_norway::to_string(&crd)?)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn artifact(package: &str, target: &str, executable: Option<&str>) -> String {
+        serde_json::json!({
+            "reason": "compiler-artifact",
+            "manifest_path": format!("/r/crates/{package}/Cargo.toml"),
+            "target": { "name": target },
+            "executable": executable,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn finds_the_real_node_suites_and_the_plugin_among_cargos_messages() {
+        let messages = [
+            artifact("operator", "app_operator", None),
+            artifact(
+                "local-cluster",
+                "real_node",
+                Some("/r/target/debug/deps/real_node-1"),
+            ),
+            artifact(
+                "operator",
+                "real_node",
+                Some("/r/target/debug/deps/real_node-2"),
+            ),
+            artifact(
+                "kubectl-plugin",
+                "kubectl-app_operator",
+                Some("/r/target/debug/kubectl-app_operator"),
+            ),
+            r#"{"reason":"build-finished","success":true}"#.to_owned(),
+        ];
+        let built = RealNodeBuild::from_messages(&messages.join("\n")).unwrap();
+        assert_eq!(
+            built.lifecycle.path,
+            Path::new("/r/target/debug/deps/real_node-1")
+        );
+        assert_eq!(
+            built.lifecycle.package_dir,
+            Path::new("/r/crates/local-cluster")
+        );
+        assert_eq!(
+            built.operator.path,
+            Path::new("/r/target/debug/deps/real_node-2")
+        );
+        assert_eq!(built.operator.package_dir, Path::new("/r/crates/operator"));
+        assert_eq!(
+            built.plugin,
+            Path::new("/r/target/debug/kubectl-app_operator")
+        );
+
+        let without_plugin = RealNodeBuild::from_messages(&messages[..3].join("\n"));
+        assert_eq!(
+            without_plugin.err().map(|e| e.to_string()).as_deref(),
+            Some("cargo built no kubectl-app_operator")
+        );
+    }
 }
