@@ -2,10 +2,8 @@
 //! versioned cache directory outside git, and rebuilt only when the pins (or Go) change.
 
 use std::fs;
-use std::panic::resume_unwind;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -14,10 +12,6 @@ use crate::error::Error;
 
 /// Bumped when the way binaries are built changes, so caches built the old way are not reused.
 const RECIPE: &str = "4";
-
-/// `go build`s run side by side: one alone leaves a core idle while it fetches modules, links,
-/// or compiles a package everything else waits for.
-const BUILDS_AT_ONCE: usize = 2;
 
 /// One upstream command: the Go module directory (under `hack/k8s-tools/`) that pins it, and its package.
 struct Binary {
@@ -356,48 +350,54 @@ fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
     let groups = invocations();
     let total = groups.len();
     eprintln!(
-        "building {} upstream binaries in {total} go builds, {BUILDS_AT_ONCE} at a time, into {} \
-         (the first time takes about 15 minutes on 2 cores; later builds reuse Go's cache)",
+        "building {} upstream binaries in {total} go builds into {} (the first time takes about \
+         15 minutes on 2 cores; later builds reuse Go's cache)",
         BINARIES.len(),
         dir.display()
     );
-    let flags = |module: &str| match module {
-        "kubernetes" => ldflags.as_str(),
-        "kubernetes-1.34" => oldest_ldflags.as_str(),
-        "prometheus" => prometheus_flags.as_str(),
-        "helm" => helm_flags.as_str(),
-        _ => "-s -w",
-    };
-    // The next group to build; pushed past the end by a failure, so both builders stop.
-    let next = AtomicUsize::new(0);
-    let take = || {
-        let index = next.fetch_add(1, Ordering::Relaxed);
-        groups.get(index).map(|group| (index + 1, group))
-    };
-    let failures: Vec<Error> = std::thread::scope(|scope| {
-        let builders: Vec<_> = (0..BUILDS_AT_ONCE)
-            .map(|_| {
-                scope.spawn(|| {
-                    while let Some((number, group)) = take() {
-                        let module = group.first().map_or("", |binary| binary.module);
-                        if let Err(error) =
-                            build_group(sources, &bin, group, flags(module), (number, total))
-                        {
-                            next.store(total, Ordering::Relaxed);
-                            return Some(error);
-                        }
-                    }
-                    None
-                })
-            })
-            .collect();
-        builders
-            .into_iter()
-            .filter_map(|builder| builder.join().unwrap_or_else(|panic| resume_unwind(panic)))
-            .collect()
-    });
-    if let Some(error) = failures.into_iter().next() {
-        return Err(error);
+    for (index, group) in groups.iter().enumerate() {
+        let number = index + 1;
+        let names: Vec<&str> = group.iter().map(|binary| binary.name).collect();
+        let names = names.join(", ");
+        let module_name = group.first().map_or("", |binary| binary.module);
+        eprintln!("building {names} from {module_name} ({number}/{total})");
+        let started = Instant::now();
+        let module = sources.join(module_name);
+        let flags = match module_name {
+            "kubernetes" => ldflags.as_str(),
+            "kubernetes-1.34" => oldest_ldflags.as_str(),
+            "prometheus" => prometheus_flags.as_str(),
+            "helm" => helm_flags.as_str(),
+            _ => "-s -w",
+        };
+        // promtool checks and tests rule files: without the service discoveries (every cloud's
+        // SDK, client-go) it is the same tool at a fraction of the build (Prometheus's own tag).
+        let tags = if module_name == "prometheus" {
+            "remove_all_sd"
+        } else {
+            ""
+        };
+        // One binary goes to its own name; several (each named after its package) into `bin/`.
+        let out = match group.as_slice() {
+            [single] => bin.join(single.name).to_string_lossy().into_owned(),
+            _ => format!("{}/", bin.display()),
+        };
+        let mut args = vec![
+            "build",
+            "-trimpath",
+            "-tags",
+            tags,
+            "-ldflags",
+            flags,
+            "-o",
+            &out,
+        ];
+        args.extend(group.iter().map(|binary| binary.package));
+        go(&module, &args)?;
+        eprintln!(
+            "built {names} in {} ({number}/{total})",
+            elapsed(started.elapsed())
+        );
     }
     let complete = partial.join("complete");
     fs::write(&complete, "").map_err(Error::io("writing", &complete))?;
@@ -405,50 +405,6 @@ fn build(sources: &Path, dir: &Path) -> Result<(), Error> {
         fs::remove_dir_all(dir).map_err(Error::io("removing", dir))?;
     }
     fs::rename(&partial, dir).map_err(Error::io("moving into place", dir))
-}
-
-/// One `go build` of `group` (binaries of one module) into `bin`, `number` of `total`.
-fn build_group(
-    sources: &Path,
-    bin: &Path,
-    group: &[&Binary],
-    flags: &str,
-    (number, total): (usize, usize),
-) -> Result<(), Error> {
-    let names: Vec<&str> = group.iter().map(|binary| binary.name).collect();
-    let names = names.join(", ");
-    let module_name = group.first().map_or("", |binary| binary.module);
-    eprintln!("building {names} from {module_name} ({number}/{total})");
-    let started = Instant::now();
-    // promtool checks and tests rule files: without the service discoveries (every cloud's
-    // SDK, client-go) it is the same tool at a fraction of the build (Prometheus's own tag).
-    let tags = if module_name == "prometheus" {
-        "remove_all_sd"
-    } else {
-        ""
-    };
-    // One binary goes to its own name; several (each named after its package) into `bin/`.
-    let out = match group {
-        [single] => bin.join(single.name).to_string_lossy().into_owned(),
-        _ => format!("{}/", bin.display()),
-    };
-    let mut args = vec![
-        "build",
-        "-trimpath",
-        "-tags",
-        tags,
-        "-ldflags",
-        flags,
-        "-o",
-        &out,
-    ];
-    args.extend(group.iter().map(|binary| binary.package));
-    go(&sources.join(module_name), &args)?;
-    eprintln!(
-        "built {names} in {} ({number}/{total})",
-        elapsed(started.elapsed())
-    );
-    Ok(())
 }
 
 /// The `go build` invocations: binaries of one module that are named after their packages
