@@ -2303,9 +2303,9 @@ async fn kill_operator() -> usize {
 mod long {
     use super::*;
 
-    /// Real etcd members keep every acknowledged write when the leader's process, then a follower's,
-    /// is killed (SIGKILL from the node) under two writing clients: the container restarts on its
-    /// data, the member rejoins, and the cluster is Ready with three members again.
+    /// Real etcd members keep every acknowledged write when the leader's process, then a
+    /// follower's, is killed (SIGKILL from the node) under two writing clients: the container
+    /// restarts on its data, the member rejoins, and the cluster is Ready with three members again.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn etcd_keeps_every_acknowledged_write_when_the_leader_and_a_follower_are_killed() {
         use nix::sys::signal::Signal;
@@ -2544,11 +2544,12 @@ mod long {
         assert_eq!(listed.len(), 2, "maxBackups: {listed:?}");
     }
 
-    /// Point-in-time recovery: a SampleDB archiving its write-ahead log to the bucket, a base backup
-    /// taken on demand while two clients write, more rows after it (so only the archived log holds
-    /// them), the time read from the database's clock (t1), then rows under another prefix (t2), a
-    /// second base backup (too late for t1), and the segment holding the t2 rows archived. A new SampleDB in another namespace recovered to t1
-    /// holds every acknowledged row written before it, and none written after.
+    /// Point-in-time recovery: a SampleDB archiving its write-ahead log to the bucket, a base
+    /// backup taken on demand while two clients write, more rows after it (so only the archived
+    /// log holds them), the time read from the database's clock (t1), then rows under another
+    /// prefix (t2), a second base backup (too late for t1), and the segment holding the t2 rows
+    /// archived. A new SampleDB in another namespace recovered to t1 holds every acknowledged row
+    /// written before it, and none written after.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sampledb_recovered_to_a_time_holds_exactly_the_rows_written_before_it() {
         use testkit::history::{Store, Writers};
