@@ -42,7 +42,7 @@ pub(crate) fn build_static_binary() -> Result<PathBuf> {
 /// [`build_static_binary`] under way: [`StaticBinaryBuild::finish`] waits for it; dropped
 /// unfinished (a suite failed first), it stops cargo.
 pub(crate) struct StaticBinaryBuild {
-    cargo: Option<Child>,
+    cargo: Child,
 }
 
 impl StaticBinaryBuild {
@@ -61,14 +61,11 @@ impl StaticBinaryBuild {
             .env("RUSTFLAGS", "-C target-feature=+crt-static")
             .spawn()
             .context("running cargo build")?;
-        Ok(StaticBinaryBuild { cargo: Some(cargo) })
+        Ok(StaticBinaryBuild { cargo })
     }
 
     pub(crate) fn finish(mut self) -> Result<PathBuf> {
-        let built = match self.cargo.take() {
-            Some(mut cargo) => cargo.wait()?,
-            None => bail!("the static binary's build was already waited for"),
-        };
+        let built = self.cargo.wait()?;
         if !built.success() {
             bail!("building the static binary failed ({built})");
         }
@@ -80,10 +77,10 @@ impl StaticBinaryBuild {
 
 impl Drop for StaticBinaryBuild {
     fn drop(&mut self) {
-        if let Some(mut cargo) = self.cargo.take() {
-            // The rustc it runs finishes its crate alone; nothing waits for it.
-            let _ = cargo.kill();
-            let _ = cargo.wait();
+        // Still running: a suite failed first. The rustc it runs finishes its crate alone.
+        if matches!(self.cargo.try_wait(), Ok(None)) {
+            let _ = self.cargo.kill();
+            let _ = self.cargo.wait();
         }
     }
 }

@@ -220,7 +220,9 @@ impl TestNamespace {
     /// namespace Terminating for the rest of the run, the namespace controller sweeping it every
     /// few seconds (with ten such namespaces, a third of a core of the 2 went to the API server).
     pub fn finalizers_go_with_it(&self, kind: ApiResource) {
-        if let Ok(mut kinds) = self.unfinalized.lock() {
+        if let Ok(mut kinds) = self.unfinalized.lock()
+            && !kinds.contains(&kind)
+        {
             kinds.push(kind);
         }
     }
