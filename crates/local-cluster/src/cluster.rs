@@ -83,6 +83,9 @@ pub struct ClusterOptions {
     pub real_node: bool,
     /// The release of the control plane.
     pub kubernetes: Kubernetes,
+    /// Serve the API server's `/debug/pprof` (to the admin): the benchmark's planes, whose CPU
+    /// is profiled (`hack/profile-control-plane.sh`). Off elsewhere, as hardening guides say.
+    pub profiling: bool,
 }
 
 /// Which Kubernetes release runs the control plane (kube-apiserver, kube-controller-manager,
@@ -119,6 +122,7 @@ impl Default for ClusterOptions {
             audit: false,
             real_node: false,
             kubernetes: Kubernetes::Pinned,
+            profiling: false,
         }
     }
 }
@@ -459,7 +463,7 @@ async fn start_all(
                     ("service-account-signing-key-file", &sa_key),
                     ("service-cluster-ip-range", "10.96.0.0/16"),
                     ("allow-privileged", "true"),
-                    ("profiling", "false"),
+                    ("profiling", &options.profiling.to_string()),
                 ]),
                 kubelet_client_flags,
                 audit_flags,

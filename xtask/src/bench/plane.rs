@@ -105,9 +105,16 @@ async fn prepare(
     let admin_kubeconfig = match control_plane {
         ControlPlane::Shared(kubeconfig) => kubeconfig.clone(),
         ControlPlane::Own(layout) => {
-            Cluster::up(layout, tools, &ClusterOptions::default())
-                .await?
-                .kubeconfig
+            Cluster::up(
+                layout,
+                tools,
+                &ClusterOptions {
+                    profiling: true,
+                    ..ClusterOptions::default()
+                },
+            )
+            .await?
+            .kubeconfig
         }
     };
     let admin = local_cluster::admin_client(&admin_kubeconfig).await?;
