@@ -328,14 +328,22 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Every CRD as one YAML stream (as `config/crd/bases/` has them, one document each).
+/// Every CRD as `make manifests` wrote it under `config/crd/bases/` (kept current by
+/// `crates/manifests/tests/current.rs`), one YAML document each, in the order `api::crds()`
+/// lists them. Embedded as text rather than generated: generating them took the schema builders
+/// and a YAML writer into the binary, and every page of its code stays resident in the running
+/// operator (docs/benchmarks.md, "Memory levers").
+const CRDS: [&str; 6] = [
+    include_str!("../../../config/crd/bases/example.com_myapps.yaml"),
+    include_str!("../../../config/crd/bases/demo.demo.io_appclusters.yaml"),
+    include_str!("../../../config/crd/bases/example.com_samples.yaml"),
+    include_str!("../../../config/crd/bases/etcd.database.coreos.com_etcdclusters.yaml"),
+    include_str!("../../../config/crd/bases/etcd.database.coreos.com_etcdbackups.yaml"),
+    include_str!("../../../config/crd/bases/db.example.com_sampledbs.yaml"),
+];
+
 fn crds() -> ExitCode {
-    for crd in app_operator::api::crds() {
-        match serde_norway::to_string(&crd) {
-            Ok(yaml) => print!("---\n{yaml}"),
-            Err(error) => return fail(&format!("serializing the CRDs: {error}")),
-        }
-    }
+    print!("{}", CRDS.concat());
     ExitCode::SUCCESS
 }
 
