@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # CPU profiles of one process of the bench's control plane (kube-controller-manager,
 # kube-apiserver, kube-scheduler), back to back, while `make bench` (or `xtask bench`) runs on its
-# own control plane: each 20 s profile is written as <output>/<pid>-<unix start>.pb.gz, so the
-# profiles of one pass (one plane, one pid) can be merged with `go tool pprof -top
-# <output>/<pid>-*.pb.gz`. Each serves /debug/pprof (--profiling defaults to true) to the plane's
-# admin, whose client certificate is read from the plane's kubeconfig at each new plane. Stop it
-# with Ctrl-C or kill.
+# own control plane: each profile (PROFILE_SECONDS, 5 s: a plane stopped mid-profile loses it) is
+# written as <output>/<pid>-<unix start>.pb.gz, so the profiles of one pass (one plane, one pid)
+# can be merged with `go tool pprof -proto <output>/<pid>-*.pb.gz`. Each serves /debug/pprof (the
+# bench's planes run the API server with --profiling) to the plane's admin, whose client
+# certificate is read from the plane's kubeconfig at each new plane. Stop it with Ctrl-C or kill.
 #   hack/profile-control-plane.sh kube-apiserver .local/bench-cluster target/apiserver-profiles
 set -euo pipefail
 process=${1:-kube-controller-manager}
 state=${2:-.local/bench-cluster}
 output=${3:-target/$process-profiles}
-seconds=${PROFILE_SECONDS:-20}
+seconds=${PROFILE_SECONDS:-5}
 mkdir -p "$output"
 certs=$(mktemp -d)
 trap 'rm -rf "$certs"' EXIT
