@@ -189,14 +189,21 @@ pub(crate) fn cargo_test(
     extra: &[String],
     env: &[(&str, &OsStr)],
 ) -> Result<ExitStatus> {
-    Command::new(env!("CARGO"))
-        .arg("test")
-        .args(args)
-        .args(extra)
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.arg("test").args(args).args(extra);
+    run_with_tools(&mut cargo, tools, env).context("running cargo test")
+}
+
+/// Runs a suite's `command` with `env` and the tools first on its PATH.
+fn run_with_tools(
+    command: &mut Command,
+    tools: &Tools,
+    env: &[(&str, &OsStr)],
+) -> Result<ExitStatus> {
+    Ok(command
         .envs(env.iter().copied())
         .env("PATH", path_with(tools)?)
-        .status()
-        .context("running cargo test")
+        .status()?)
 }
 
 /// The fault suite, one row at a time (two would share two cores and miss their deadlines; each
@@ -539,12 +546,9 @@ impl RealNodeBuild {
 
 impl TestExecutable {
     fn run(&self, tools: &Tools, args: &[String], env: &[(&str, &OsStr)]) -> Result<ExitStatus> {
-        Command::new(&self.path)
-            .current_dir(&self.package_dir)
-            .args(args)
-            .envs(env.iter().copied())
-            .env("PATH", path_with(tools)?)
-            .status()
+        let mut test = Command::new(&self.path);
+        test.current_dir(&self.package_dir).args(args);
+        run_with_tools(&mut test, tools, env)
             .with_context(|| format!("running {}", self.path.display()))
     }
 }
