@@ -476,8 +476,9 @@ async fn floor_pass(
 
 /// The fair floor: the user creates the MyApps as in the operator pass while, as each is created,
 /// a plain client with the operator's identity creates its Deployment and Service (owned by it)
-/// and writes its status once, at the same concurrency as the operator's workers. Returns when
-/// each had its children and when each read Ready.
+/// and writes its status once, at the same concurrency as the operator's workers, with field
+/// validation off as the operator's applies have it. Returns when each had its children and when
+/// each read Ready.
 async fn fair_floor_pass(
     admin: &Client,
     floor: &Client,
@@ -509,7 +510,9 @@ async fn fair_floor_pass(
                 status_api
                     .patch_status(
                         &app.name_any(),
-                        &PatchParams::apply("bench-fair-floor").force(),
+                        &PatchParams::apply("bench-fair-floor")
+                            .force()
+                            .validation_ignore(),
                         &Patch::Apply(&status),
                     )
                     .await?;

@@ -3,13 +3,13 @@
 use std::fmt::Debug;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, GetParams, Patch, PatchParams};
+use kube::api::{Api, GetParams, Patch};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Error, FIELD_MANAGER};
+use super::{Error, FIELD_MANAGER, apply_params};
 
 /// Annotation holding a digest of the configuration last applied to a child. With the child's
 /// cached state it tells whether an apply would change anything, so reconciles woken by a
@@ -134,11 +134,7 @@ where
         });
     }
     let applied = api
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&desired),
-        )
+        .patch(&name, &apply_params().force(), &Patch::Apply(&desired))
         .await
         .map_err(|source| Error::Apply {
             kind: K::kind(&()).into_owned(),
@@ -194,11 +190,7 @@ where
 {
     let name = desired.name_any();
     let request = kube::core::Request::new(api.resource_url())
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER),
-            &Patch::Apply(desired),
-        )
+        .patch(&name, &apply_params(), &Patch::Apply(desired))
         .map_err(kube::Error::BuildRequest)?;
     let client = api.clone().into_client();
     let response = client.send(request.map(kube::client::Body::from)).await?;
@@ -227,12 +219,8 @@ where
         "kind": K::kind(&()),
         "metadata": { "name": name },
     });
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER),
-        &Patch::Apply(&release),
-    )
-    .await?;
+    api.patch(&name, &apply_params(), &Patch::Apply(&release))
+        .await?;
     Ok(New::Foreign)
 }
 
@@ -366,7 +354,7 @@ where
     });
     api.patch_status(
         &object.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &apply_params().force(),
         &Patch::Apply(&patch),
     )
     .await

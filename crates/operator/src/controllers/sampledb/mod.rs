@@ -40,7 +40,7 @@ use crate::reconcile::finalizer::{Cleanup, finalize};
 use crate::reconcile::jobs::{Announced, Outcome, SeenJob, ensure_job};
 use crate::reconcile::runner::{Announcement, Reconciled, Reconciler, Runner, Target, cached};
 use crate::reconcile::schedule::Schedule;
-use crate::reconcile::{Error, FIELD_MANAGER};
+use crate::reconcile::{Error, apply_params};
 use crate::telemetry::metrics::Metrics;
 
 pub const NAME: &str = "sampledb";
@@ -507,17 +507,13 @@ impl SampleDBReconciler {
                 return Err(conflict());
             }
         }
-        api.patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&desired),
-        )
-        .await
-        .map_err(|source| Error::Apply {
-            kind: "PersistentVolumeClaim".into(),
-            name: name.clone(),
-            source,
-        })?;
+        api.patch(&name, &apply_params().force(), &Patch::Apply(&desired))
+            .await
+            .map_err(|source| Error::Apply {
+                kind: "PersistentVolumeClaim".into(),
+                name: name.clone(),
+                source,
+            })?;
         Ok(())
     }
 
