@@ -67,6 +67,21 @@ pub fn per_myapp_ms(
         .collect()
 }
 
+/// The processes whose work per MyApp is the same whichever operator (or floor) runs: one Pod
+/// scheduled, one Pod run by kwok.
+const SAME_WORK: [&str; 2] = ["kube-scheduler", "kwok"];
+
+/// How much more CPU that same work took per MyApp in the pass measured `slower` than in the
+/// pass measured `faster`: above 1, the machine ran slower then (this VM's speed drifts from
+/// minute to minute, and every process's figure moves with it). None if either lacks a figure.
+pub fn slowdown(slower: &BTreeMap<String, f64>, faster: &BTreeMap<String, f64>) -> Option<f64> {
+    let same_work = |figures: &BTreeMap<String, f64>| -> Option<f64> {
+        SAME_WORK.iter().map(|name| figures.get(*name)).sum()
+    };
+    let (slower, faster) = (same_work(slower)?, same_work(faster)?);
+    (faster > 0.0).then(|| slower / faster)
+}
+
 /// The command name and `utime + stime` (ticks) of one `/proc/<pid>/stat`: `pid (comm) state …`,
 /// where the name may itself hold spaces and parentheses, so the fields are counted from the
 /// last `)`.
@@ -104,6 +119,24 @@ mod tests {
         let per = per_myapp_ms(&before, &after, 1000);
         assert_eq!(per.get("etcd"), Some(&2.0));
         assert_eq!(per.get("kwok"), Some(&0.5));
+    }
+
+    #[test]
+    fn the_same_work_taking_more_cpu_is_a_slower_machine() {
+        let fair = BTreeMap::from([
+            ("kube-scheduler".to_owned(), 1.5),
+            ("kwok".to_owned(), 2.5),
+            ("kube-apiserver".to_owned(), 30.0),
+        ]);
+        let pass = BTreeMap::from([
+            ("kube-scheduler".to_owned(), 2.0),
+            ("kwok".to_owned(), 3.0),
+            ("kube-apiserver".to_owned(), 60.0),
+        ]);
+        assert_eq!(slowdown(&pass, &fair), Some(1.25));
+        assert_eq!(slowdown(&fair, &fair), Some(1.0));
+        let without_kwok = BTreeMap::from([("kube-scheduler".to_owned(), 2.0)]);
+        assert_eq!(slowdown(&without_kwok, &fair), None);
     }
 
     /// This process is always there to be read, so a sample that finds nothing is a broken

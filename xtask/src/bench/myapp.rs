@@ -22,11 +22,14 @@ use super::cluster::{delete_namespace, ensure_namespace, until_none, wait_for};
 use super::cpu;
 use super::plane::Plane;
 use super::process::{Operator, RssParts};
-use super::watch::{ChildPairs, MyAppsConverging, Series, myapp_ready};
+use super::watch::{ChildPairs, MyAppsConverging, Series, Timeline, myapp_ready};
 
 /// One operator pass and the two floor passes at the same N, back to back.
 #[derive(Serialize)]
 pub struct Pass {
+    /// MyApps whose create the user had answered: how fast the user could create beside the
+    /// operator.
+    pub operator_created: Series,
     /// MyApps whose Deployment and Service exist.
     pub operator_children: Series,
     /// MyApps with observedGeneration == generation and Ready=True.
@@ -35,6 +38,7 @@ pub struct Pass {
     pub floor_children: Series,
     /// The fair floor: the minimum any MyApp operator needs, beside the same MyApp creates by the
     /// user: a Deployment create, a Service create and one status write per MyApp.
+    pub fair_created: Series,
     pub fair_children: Series,
     pub fair_ready: Series,
     pub children_seconds: Option<f64>,
@@ -54,6 +58,20 @@ pub struct Pass {
     pub cpu_ms_per_myapp: BTreeMap<String, f64>,
     /// The same over the fair floor pass (the operator is stopped then).
     pub fair_cpu_ms_per_myapp: BTreeMap<String, f64>,
+}
+
+impl Pass {
+    /// How much slower the machine ran in the operator pass than in its fair floor's
+    /// ([`cpu::slowdown`]).
+    pub fn slowdown(&self) -> Option<f64> {
+        cpu::slowdown(&self.cpu_ms_per_myapp, &self.fair_cpu_ms_per_myapp)
+    }
+
+    /// (a) / fair with that slowdown divided out: the operator's cost had both passes run at the
+    /// same speed. A diagnostic beside the headline, which stays the plain ratio.
+    pub fn ratio_to_fair_at_same_speed(&self) -> Option<f64> {
+        ratio(self.ratio_to_fair, self.slowdown())
+    }
 }
 
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -151,13 +169,22 @@ pub async fn myapp_round(
             // floors' MyApps): that work belongs to no round's window.
             operator.until_idle(catch_up_within(n)).await?;
         }
-        let (floor_children, (fair_children, fair_ready), fair_cpu_ms_per_myapp) = floors?;
+        let (floor_children, fair, fair_cpu_ms_per_myapp) = floors?;
         let OperatorPass {
-            children: operator_children,
-            ready: operator_ready,
+            timeline:
+                Timeline {
+                    created: operator_created,
+                    children: operator_children,
+                    ready: operator_ready,
+                },
             requests_per_myapp,
             cpu_ms_per_myapp,
         } = measured;
+        let Timeline {
+            created: fair_created,
+            children: fair_children,
+            ready: fair_ready,
+        } = fair;
         let children_seconds = operator_children.total(n);
         let floor_seconds = floor_children.total(n);
         let fair_seconds = fair_children.total(n);
@@ -170,9 +197,11 @@ pub async fn myapp_round(
             children_seconds,
             floor_seconds,
             fair_seconds,
+            operator_created,
             operator_children,
             operator_ready,
             floor_children,
+            fair_created,
             fair_children,
             fair_ready,
             requests_per_myapp,
@@ -235,7 +264,7 @@ async fn floor_passes(
     n: usize,
     pass: usize,
     options: &Options,
-) -> Result<(Series, (Series, Series), BTreeMap<String, f64>)> {
+) -> Result<(Series, Timeline, BTreeMap<String, f64>)> {
     plane.clear().await?;
     let namespace = format!("{FAIR_NAMESPACE}{n}-{pass}");
     let cpu_before = cpu::sample();
@@ -254,8 +283,7 @@ pub fn convergence_timeout(n: usize) -> Duration {
 
 /// What the operator pass measured.
 struct OperatorPass {
-    children: Series,
-    ready: Series,
+    timeline: Timeline,
     requests_per_myapp: BTreeMap<String, f64>,
     cpu_ms_per_myapp: BTreeMap<String, f64>,
 }
@@ -263,8 +291,8 @@ struct OperatorPass {
 /// What the operator's own CPU is reported under beside the control plane's processes.
 pub const OPERATOR_CPU: &str = "operator";
 
-/// N MyApps created at the client concurrency; returns when each got its Deployment and Service,
-/// when each was Ready, and the operator's requests and every process's CPU per MyApp until 5 s
+/// N MyApps created at the client concurrency; returns when each was created, got its Deployment
+/// and Service, and was Ready, and the operator's requests and every process's CPU per MyApp until 5 s
 /// after the last was.
 async fn operator_pass(
     admin: &Client,
@@ -278,8 +306,8 @@ async fn operator_pass(
     let apps: Api<MyApp> = Api::namespaced(admin.clone(), namespace);
     let before = operator.requests();
     let (cpu_before, operator_cpu_before) = (cpu::sample(), operator.scrape().cpu_seconds());
-    create_myapps(&apps, n, options.concurrency, None).await?;
-    let (children, ready) = converging.wait(n, convergence_timeout(n)).await;
+    let created = create_myapps(&apps, n, options.concurrency, None, converging.since()).await?;
+    let timeline = converging.wait(created, n, convergence_timeout(n)).await;
     // The last status writes land after the MyApps read Ready.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut cpu_ms_per_myapp = cpu::per_myapp_ms(&cpu_before, &cpu::sample(), n);
@@ -297,38 +325,39 @@ async fn operator_pass(
         })
         .collect();
     Ok(OperatorPass {
-        children,
-        ready,
+        timeline,
         requests_per_myapp,
         cpu_ms_per_myapp,
     })
 }
 
 /// Creates the MyApps `app-0` … `app-{n-1}` at the client concurrency, sending each one created
-/// to `created`.
+/// to `created`; returns when each create was answered, in seconds since `since`.
 async fn create_myapps(
     apps: &Api<MyApp>,
     n: usize,
     concurrency: usize,
     created: Option<mpsc::UnboundedSender<MyApp>>,
-) -> Result<()> {
-    stream::iter(0..n)
+    since: Instant,
+) -> Result<Series> {
+    let answered = stream::iter(0..n)
         .map(|i| {
             let (apps, created) = (apps.clone(), created.clone());
             async move {
                 let app = apps
                     .create(&PostParams::default(), &new_myapp(&format!("app-{i}"))?)
                     .await?;
+                let answered = since.elapsed().as_secs_f64();
                 if let Some(created) = created {
                     created.unbounded_send(app)?;
                 }
-                anyhow::Ok(())
+                anyhow::Ok(answered)
             }
         })
         .buffer_unordered(concurrency)
-        .try_collect::<Vec<()>>()
+        .try_collect::<Vec<f64>>()
         .await?;
-    Ok(())
+    Ok(Series::from_times(answered))
 }
 
 pub fn new_myapp(name: &str) -> Result<MyApp> {
@@ -351,7 +380,14 @@ pub async fn churn_round(
     let apps: Api<MyApp> = Api::namespaced(admin.clone(), namespace);
     let mut after_cycle = Vec::with_capacity(options.churn_cycles);
     for cycle in 1..=options.churn_cycles {
-        create_myapps(&apps, options.churn_size, options.concurrency, None).await?;
+        create_myapps(
+            &apps,
+            options.churn_size,
+            options.concurrency,
+            None,
+            Instant::now(),
+        )
+        .await?;
         let ready = wait_for(convergence_timeout(options.churn_size), || async {
             let list = apps.list(&ListParams::default()).await.ok()?;
             (list.items.iter().filter(|a| myapp_ready(a)).count() >= options.churn_size)
@@ -477,21 +513,26 @@ async fn floor_pass(
 /// The fair floor: the user creates the MyApps as in the operator pass while, as each is created,
 /// a plain client with the operator's identity creates its Deployment and Service (owned by it)
 /// and writes its status once, at the same concurrency as the operator's workers, with field
-/// validation off as the operator's applies have it. Returns when each had its children and when
-/// each read Ready.
+/// validation off as the operator's applies have it. Returns the pass's timeline.
 async fn fair_floor_pass(
     admin: &Client,
     floor: &Client,
     n: usize,
     namespace: &str,
     options: &Options,
-) -> Result<(Series, Series)> {
+) -> Result<Timeline> {
     ensure_namespace(admin, namespace).await?;
     let converging = MyAppsConverging::start(admin, namespace);
     let (created, to_build) = mpsc::unbounded();
     let status_api: Api<MyApp> = Api::namespaced(floor.clone(), namespace);
     let apps: Api<MyApp> = Api::namespaced(admin.clone(), namespace);
-    let user = create_myapps(&apps, n, options.concurrency, Some(created));
+    let user = create_myapps(
+        &apps,
+        n,
+        options.concurrency,
+        Some(created),
+        converging.since(),
+    );
     let operator = to_build
         .map(|app: MyApp| {
             let status_api = status_api.clone();
@@ -521,8 +562,8 @@ async fn fair_floor_pass(
         })
         .buffer_unordered(options.concurrency)
         .try_collect::<Vec<()>>();
-    futures::try_join!(user, operator)?;
-    Ok(converging.wait(n, convergence_timeout(n)).await)
+    let (created, _) = futures::try_join!(user, operator)?;
+    Ok(converging.wait(created, n, convergence_timeout(n)).await)
 }
 
 /// Creates the Deployment and Service the operator would build for `app` (owned by `owner`,

@@ -227,6 +227,7 @@ fn operator_section(text: &mut String, run: &OperatorRun) {
         );
     }
     cpu_table(text, run);
+    speed_table(text, run);
     for round in &run.myapp {
         if let Some(restart) = &round.restart {
             let _ = write!(
@@ -304,6 +305,31 @@ fn cpu_table(text: &mut String, run: &OperatorRun) {
             all(&pass.cpu_ms_per_myapp),
             all(&pass.fair_cpu_ms_per_myapp)
         );
+    }
+}
+
+/// Every pass: when the user's last create was answered beside the operator and beside the fair
+/// floor (an operator that slows the API server slows the user too), how much slower the
+/// machine ran in the operator pass, and the headline ratio with that divided out.
+fn speed_table(text: &mut String, run: &OperatorRun) {
+    if run.myapp.iter().all(|round| round.passes.is_empty()) {
+        return;
+    }
+    text.push_str("\nEach pass: the user's last create answered, operator pass / fair floor pass; the machine's slowdown in the operator pass (kube-scheduler and kwok CPU per MyApp, the same work in both passes, operator pass over fair floor pass); (a) / fair with the slowdown divided out (a diagnostic: the headline is the plain ratio)\n\n| N MyApps | pass | (a) / fair | last create | slowdown | (a) / fair at the same speed |\n|---:|---:|---:|---|---:|---:|\n");
+    for round in &run.myapp {
+        for (index, pass) in round.passes.iter().enumerate() {
+            let _ = writeln!(
+                text,
+                "| {} | {} | {} | {} / {} | {} | {} |",
+                round.n,
+                index + 1,
+                ratio(pass.ratio_to_fair),
+                seconds(pass.operator_created.total(round.n)),
+                seconds(pass.fair_created.total(round.n)),
+                ratio(pass.slowdown()),
+                ratio(pass.ratio_to_fair_at_same_speed()),
+            );
+        }
     }
 }
 

@@ -124,8 +124,17 @@ impl ChildPairs {
 /// MyApps converging in a namespace: when each had its Deployment and Service, and when each
 /// read Ready.
 pub struct MyAppsConverging {
+    since: Instant,
     children: ChildPairs,
     ready: Recorded,
+}
+
+/// When each of a pass's MyApps was created (the user's create answered), had its Deployment and
+/// Service, and read Ready, in seconds since the pass started.
+pub struct Timeline {
+    pub created: Series,
+    pub children: Series,
+    pub ready: Series,
 }
 
 impl MyAppsConverging {
@@ -133,6 +142,7 @@ impl MyAppsConverging {
     pub fn start(admin: &Client, namespace: &str) -> MyAppsConverging {
         let start = Instant::now();
         MyAppsConverging {
+            since: start,
             children: ChildPairs::start(admin, namespace, start),
             ready: Recorded::start(
                 Api::<MyApp>::namespaced(admin.clone(), namespace),
@@ -142,17 +152,23 @@ impl MyAppsConverging {
         }
     }
 
-    /// Waits until `n` MyApps read Ready (or `timeout`), and returns the children and Ready
-    /// series.
-    pub async fn wait(&self, n: usize, timeout: std::time::Duration) -> (Series, Series) {
+    /// When recording started: the times of the series are counted from it.
+    pub fn since(&self) -> Instant {
+        self.since
+    }
+
+    /// Waits until `n` MyApps read Ready (or `timeout`), and returns the pass's timeline with
+    /// the user's creates (`created`) in it.
+    pub async fn wait(&self, created: Series, n: usize, timeout: std::time::Duration) -> Timeline {
         super::cluster::wait_for(timeout, || async {
             (self.ready.times().len() >= n).then_some(())
         })
         .await;
-        (
-            Series::from_times(self.children.times()),
-            Series::from_times(self.ready.times().into_values().collect()),
-        )
+        Timeline {
+            created,
+            children: Series::from_times(self.children.times()),
+            ready: Series::from_times(self.ready.times().into_values().collect()),
+        }
     }
 }
 
