@@ -170,15 +170,43 @@ impl EtcdProcess {
     }
 
     /// SIGSTOP: the process keeps its ports (connections are accepted by the kernel) but answers
-    /// nothing, like a hung member.
+    /// nothing, like a hung member. Returns once every thread has stopped: the signal reaches a
+    /// thread running on the other CPU some time after `kill` returns, and on a loaded VM that
+    /// thread answered a request sent after it (CI, 2026-12-06: a member read "hung" listed
+    /// its members).
     pub fn pause(&self) {
         let _ = kill(self.pid(), Signal::SIGSTOP);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !every_thread_stopped(self.pid()) {
+            assert!(
+                Instant::now() < deadline,
+                "etcd ({}) did not stop within 5 s of SIGSTOP",
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// SIGCONT after [`EtcdProcess::pause`].
     pub fn resume(&self) {
         let _ = kill(self.pid(), Signal::SIGCONT);
     }
+}
+
+/// Whether every thread of `pid` is stopped (state `T` in its `/proc/<pid>/task/<tid>/stat`); a
+/// process that is gone has nothing left running.
+fn every_thread_stopped(pid: Pid) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        fs::read_to_string(task.path().join("stat")).map_or(true, |stat| {
+            // `tid (comm) state …`: the name may hold spaces, so the state follows the last `)`.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                == Some("T")
+        })
+    })
 }
 
 impl Drop for EtcdProcess {
