@@ -25,7 +25,7 @@ pub const FIELD_MANAGER: &str = "app-operator";
 /// bodies are serialized from typed structs, and whatever the API server found (a field newer
 /// than it) would only come back as a `Warning` header, which the client drops. Left at its
 /// default (`Warn`), it costs the API server a second, strict YAML parse of every applied body
-/// (≈ 0.13 ms for a MyApp's Deployment, `docs/benchmarks.md`).
+/// (the two parses took 0.9 ms of API server CPU per MyApp, `docs/benchmarks.md`).
 pub fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).validation_ignore()
 }
