@@ -36,9 +36,10 @@ pub struct Pass {
     pub operator_ready: Series,
     /// A plain client creating the same Deployments and Services (no MyApps).
     pub floor_children: Series,
+    /// The user's creates in the fair floor pass.
+    pub fair_created: Series,
     /// The fair floor: the minimum any MyApp operator needs, beside the same MyApp creates by the
     /// user: a Deployment create, a Service create and one status write per MyApp.
-    pub fair_created: Series,
     pub fair_children: Series,
     pub fair_ready: Series,
     pub children_seconds: Option<f64>,
@@ -292,8 +293,8 @@ struct OperatorPass {
 pub const OPERATOR_CPU: &str = "operator";
 
 /// N MyApps created at the client concurrency; returns when each was created, got its Deployment
-/// and Service, and was Ready, and the operator's requests and every process's CPU per MyApp until 5 s
-/// after the last was.
+/// and Service, and was Ready, and the operator's requests and every process's CPU per MyApp
+/// until 5 s after the last was.
 async fn operator_pass(
     admin: &Client,
     operator: &Operator,

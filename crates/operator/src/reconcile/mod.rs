@@ -15,8 +15,9 @@ pub mod runner;
 pub mod schedule;
 pub mod written;
 
-pub use error::Error;
 use kube::api::PatchParams;
+
+pub use error::Error;
 
 /// The one field manager under which every child object and status is applied.
 pub const FIELD_MANAGER: &str = "app-operator";
