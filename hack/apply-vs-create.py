@@ -56,17 +56,33 @@ def connection_factory(kubeconfig_path):
     return lambda: http.client.HTTPSConnection(server.hostname, server.port, context=tls)
 
 
+def selector(name):
+    return {"app.kubernetes.io/instance": name, "app.kubernetes.io/name": name}
+
+
+def metadata(name):
+    """A child's metadata as the operator sets it: its labels, and its MyApp as controller."""
+    return {
+        "name": name,
+        "namespace": NAMESPACE,
+        "labels": {**selector(name), "app.kubernetes.io/managed-by": "app-operator"},
+        "ownerReferences": [{
+            "apiVersion": "example.com/v1",
+            "kind": "MyApp",
+            "name": name,
+            "uid": "00000000-0000-4000-8000-000000000001",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }],
+    }
+
+
 def deployment(name):
-    labels = {"app.kubernetes.io/instance": name, "app.kubernetes.io/name": name}
+    labels = selector(name)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {**labels, "app.kubernetes.io/managed-by": "app-operator"},
-            "ownerReferences": [owner(name)],
-        },
+        "metadata": metadata(name),
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": labels},
@@ -91,32 +107,15 @@ def deployment(name):
 
 
 def service(name):
-    labels = {"app.kubernetes.io/instance": name, "app.kubernetes.io/name": name}
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {**labels, "app.kubernetes.io/managed-by": "app-operator"},
-            "ownerReferences": [owner(name)],
-        },
+        "metadata": metadata(name),
         "spec": {
             "ports": [{"name": "http", "port": 8080, "protocol": "TCP", "targetPort": "http"}],
-            "selector": labels,
+            "selector": selector(name),
             "type": "ClusterIP",
         },
-    }
-
-
-def owner(name):
-    return {
-        "apiVersion": "example.com/v1",
-        "kind": "MyApp",
-        "name": name,
-        "uid": "00000000-0000-4000-8000-000000000001",
-        "controller": True,
-        "blockOwnerDeletion": True,
     }
 
 
