@@ -140,7 +140,8 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def round_trip(connect, way, kind, count, concurrency):
+def send_round(connect, way, kind, count, concurrency):
+    """Sends `count` of `kind` by `way` from `concurrency` threads, a connection each."""
     collection, build = KINDS[kind]
     names = iter(range(count))
     lock = threading.Lock()
@@ -194,7 +195,7 @@ def main():
         for kind in KINDS:
             for way in ("POST", "apply"):
                 cpu, wall = cpu_seconds(args.apiserver_pid), time.monotonic()
-                round_trip(connect, way, kind, args.count, args.concurrency)
+                send_round(connect, way, kind, args.count, args.concurrency)
                 cpu = (cpu_seconds(args.apiserver_pid) - cpu) / args.count * 1000
                 wall = (time.monotonic() - wall) / args.count * 1000
                 figures.setdefault((kind, way), []).append(cpu)
